@@ -1,0 +1,39 @@
+"""Canonical URLs: one spelling per page, so the store and a run never hold the same page twice."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+# Query parameters that identify a campaign or a click, never the content.
+TRACKING_PARAMS = frozenset(
+    {"fbclid", "gclid", "dclid", "msclkid", "mc_cid", "mc_eid", "igshid", "yclid", "ref_src", "_hsenc", "_hsmi"}
+)
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def canonical_url(url: str) -> str:
+    """Lower-case scheme and host, no default port, no fragment, no tracking parameters.
+
+    Paths are kept as written: servers may treat them case-sensitively. URLs that are not
+    http(s) (file:, local:) are returned with only the fragment removed.
+    """
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        return urlunsplit((scheme, parts.netloc, parts.path, parts.query, ""))
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = host
+    if parts.port is not None and parts.port != DEFAULT_PORTS[scheme]:
+        netloc = f"{host}:{parts.port}"
+    if parts.username:
+        netloc = f"{parts.username}@{netloc}"
+    query = urlencode(
+        [
+            (key, value)
+            for key, value in parse_qsl(parts.query, keep_blank_values=True)
+            if not key.lower().startswith("utm_") and key.lower() not in TRACKING_PARAMS
+        ]
+    )
+    return urlunsplit((scheme, netloc, parts.path or "/", query, ""))
