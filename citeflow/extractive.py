@@ -1,0 +1,368 @@
+"""The extractive engine: every role played by deterministic rules, with no model.
+
+It is a real product mode (offline, or when no model endpoint is configured), not a test double:
+the planner splits the question by rules, the extractor quotes the page's own sentences, the
+synthesiser writes only those quotes, and the critic is the mechanical checks.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from citeflow.checks import mechanical_critique
+from citeflow.contracts import ClaimDraft, Critique, Draft, DraftSentence, Page, SubQuestion, SynthesisInput
+from citeflow.roles import Engine
+from citeflow.text import STOPWORDS, content_words, normalise, split_sentences
+
+# Sub-question queries whose content words overlap this much (Jaccard) repeat each other.
+QUERY_OVERLAP_DUPLICATE = 0.9
+# Report sentences sharing at least this share of content words (of the shorter) repeat each other.
+SENTENCE_OVERLAP_DUPLICATE = 0.8
+# Quotes shorter than this prove nothing (the verifier's default minimum).
+FRAGMENT_MIN_CHARS = 20
+# A page's first sentence usually defines its subject: a small bonus, as a share of the best score.
+FIRST_SENTENCE_BONUS = 0.25
+
+# Lower-case words that may sit inside a name: "Haymo of Faversham", "Géza von Cziffra".
+_NAME_CONNECTORS = frozenset(
+    [
+        "of",
+        "the",
+        "von",
+        "van",
+        "de",
+        "der",
+        "den",
+        "del",
+        "della",
+        "la",
+        "le",
+        "du",
+        "da",
+        "di",
+        "dos",
+        "das",
+        "y",
+        "ap",
+        "bin",
+        "ibn",
+        "al",
+        "&",
+    ]
+)
+# Capitalised words that start a question or an instruction but never a name.
+_NOT_NAMES = (
+    frozenset(["name", "list", "describe", "explain", "tell", "give", "notable", "besides"]) | STOPWORDS
+)
+# Nationality adjectives ("Indian film photographer") name no page of their own.
+_DEMONYM = re.compile(
+    r"(?:ian|ish|ese|ean|can|ern)$|^(?:english|french|dutch|welsh|german|greek|thai|swiss)$"
+)
+_INITIALS = re.compile(r"(?:[^\W\d_]\.)+")
+_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b")
+_QUOTED = re.compile(r'"([^"]{2,}?)"')
+_SINGULAR_AUX = {
+    "are": "Is",
+    "is": "Is",
+    "were": "Was",
+    "was": "Was",
+    "do": "Does",
+    "does": "Does",
+    "did": "Did",
+}
+_PAIR = re.compile(r"^(Are|Is|Were|Was|Do|Does|Did)\s+(both\s+)?(.+?)\s+and\s+(.+?)\s*\?*$", re.IGNORECASE)
+_PREPOSITIONS = frozenset(["in", "of", "from", "at", "on", "with", "for", "by", "to", "as"])
+_AGE = re.compile(r"\b(older|oldest|younger|youngest|born first|born earlier)\b", re.IGNORECASE)
+_FIRST = re.compile(r"\b(first|earlier|earliest)\b", re.IGNORECASE)
+_EVENT = re.compile(r"\b(formed|founded|published|released|established|created|built|opened|started)\b")
+
+
+@dataclass(frozen=True)
+class _Token:
+    text: str  # stripped of surrounding punctuation
+    ends_span: bool  # followed by a comma, question mark, quote or similar: a name stops here
+
+
+def _tokens(text: str) -> list[_Token]:
+    tokens = []
+    for raw in text.split():
+        stripped = raw.strip("\"'()[]{},;:?!")
+        initial = bool(_INITIALS.fullmatch(stripped))  # "E.", "D.P.": the stop is part of the name
+        if stripped.endswith(".") and not initial:
+            stripped = stripped[:-1]
+        ends = raw[-1] in ',;:?!()"' or (raw.endswith(".") and not initial)
+        tokens.append(_Token(stripped, ends))
+    return tokens
+
+
+def _is_capitalised(word: str) -> bool:
+    letters = [char for char in word if char.isalpha()]
+    return bool(letters) and letters[0].isupper() and word[0].isalnum()
+
+
+def _continues_name(tokens: list[_Token], index: int) -> bool:
+    """Whether connectors from `index` on lead to a capitalised word: "of the Jade Scorpion"."""
+    while index < len(tokens) and tokens[index].text.casefold() in _NAME_CONNECTORS:
+        if tokens[index].ends_span:
+            return False
+        index += 1
+    return index < len(tokens) and _is_capitalised(tokens[index].text)
+
+
+def name_spans(text: str) -> list[str]:
+    """Capitalised multi-word spans and single names ("Christopher Nolan", "Haymo of Faversham")."""
+    spans: list[list[str]] = []
+    current: list[str] = []
+    tokens = _tokens(text)
+    for index, token in enumerate(tokens):
+        word = token.text
+        if _is_capitalised(word) and not (not current and word.casefold() in _NOT_NAMES):
+            current.append(word)
+        elif current and word[:1].isdigit():
+            current.append(word)  # "Big Hero 6", "BWV 1033"
+        elif current and word.casefold() in _NAME_CONNECTORS and _continues_name(tokens, index):
+            current.append(word)
+            continue
+        else:
+            if current:
+                spans.append(current)
+            current = []
+            continue
+        if token.ends_span:
+            spans.append(current)
+            current = []
+    if current:
+        spans.append(current)
+    names = []
+    for span in spans:
+        while span and (span[-1].casefold() in _NAME_CONNECTORS or span[-1].casefold() in STOPWORDS):
+            span = span[:-1]
+        if len(span) == 1 and (len(span[0]) < 2 or _DEMONYM.search(span[0].casefold())):
+            continue
+        if span:
+            names.append(" ".join(span))
+    return names
+
+
+def _key(text: str) -> str:
+    return " ".join(content_words(text))
+
+
+def _jaccard(first: list[str], second: list[str]) -> float:
+    a, b = set(first), set(second)
+    return len(a & b) / len(a | b) if a | b else 0.0
+
+
+def _overlap(first: list[str], second: list[str]) -> float:
+    """Shared content words as a share of the smaller set (1.0 when one contains the other)."""
+    a, b = set(first), set(second)
+    if not a or not b:
+        return 0.0
+    return len(a & b) / min(len(a), len(b))
+
+
+def _singular_phrase(phrase: str) -> str:
+    """ "film directors" -> "a film director"; phrases not led by a plural noun stay as they are."""
+    words = phrase.split()
+    for index, word in enumerate(words):
+        if word.casefold() in _PREPOSITIONS:
+            break
+        if word.endswith("s") and not word.endswith("ss") and len(word) > 3 and word[:1].islower():
+            singular = [*words[:index], word[:-1], *words[index + 1 :]]
+            article = "an" if singular[0][:1].casefold() in "aeiou" else "a"
+            return f"{article} {' '.join(singular)}"
+    return phrase
+
+
+@dataclass(frozen=True)
+class _Side:
+    name: str
+    text: str
+    extra: str  # words the side's query needs beyond its name ("born" for an age comparison)
+
+
+def _strip_article(text: str) -> str:
+    return re.sub(r"^(the|a|an)\s+", "", text.strip(" ,"), flags=re.IGNORECASE)
+
+
+def _pair_sides(question: str) -> list[_Side]:
+    """ "Are A and B both X?" and "Are both N, A and B, X?" -> "Is A X?", "Is B X?"."""
+    match = _PAIR.match(question)
+    if not match:
+        return []
+    aux, both, before, after = match.groups()
+    first = before.rsplit(",", 1)[1] if both and "," in before else before
+    if both and "," in after:
+        second, predicate = after.split(",", 1)
+    elif " both " in f" {after} ":
+        second, predicate = re.split(r"\bboth\b", after, maxsplit=1)
+    else:
+        names = name_spans(after)
+        if not names or not after.startswith(names[0]):
+            return []
+        second, predicate = names[0], after[len(names[0]) :]
+    first, second, predicate = _strip_article(first), _strip_article(second), predicate.strip(" ,")
+    if not (first and second and predicate and _is_capitalised(first) and _is_capitalised(second)):
+        return []
+    verb = _SINGULAR_AUX[aux.casefold()]
+    return [
+        _Side(name, f"{verb} {name} {_singular_phrase(predicate)}?", predicate) for name in (first, second)
+    ]
+
+
+def _side_text(name: str, stem: str, question: str) -> tuple[str, str]:
+    """A readable sub-question for one side of "Which ..., A or B?", and its extra query words."""
+    if _AGE.search(stem):
+        return f"When was {name} born?", "born"
+    event = _EVENT.search(stem)
+    if _FIRST.search(stem) and event:
+        return f"When was {name} {event.group()}?", event.group()
+    return f"Regarding {name}: {question}", stem
+
+
+def _choice_sides(question: str) -> list[_Side]:
+    """ "Which is older, A or B?" and "Between A and B, which ...?" -> one sub-question per side."""
+    body = question.strip().rstrip("?").strip()
+    between = re.match(r"^Between\s+(.+?)\s+and\s+(.+?),\s*(.+)$", body, flags=re.IGNORECASE)
+    if between:
+        first, second, stem = between.groups()
+    elif re.match(r"^(Which|Who|What|Whose)\b", body, flags=re.IGNORECASE) and " or " in body:
+        left, second = body.rsplit(" or ", 1)
+        stem, _, first = left.rpartition(",")
+        if not stem:  # no comma: "Which band was formed first The Exies or Circus Diablo"
+            stem = first
+    else:
+        return []
+    first_names, second_names = name_spans(first), name_spans(second)
+    if not first_names or not second_names:
+        return []
+    # The sides are the names nearest the "or": the last one before it and the first one after it.
+    names = [_strip_article(first_names[-1]), _strip_article(second_names[0])]
+    stem = stem.replace(first_names[-1], " ")
+    return [_Side(name, *_side_text(name, stem, question)) for name in names]
+
+
+def question_entities(question: str) -> list[str]:
+    """Entities to search for, best first: quoted titles and multi-word names, single names, years."""
+    text = normalise(question)
+    quoted = [title.strip() for title in _QUOTED.findall(text)]
+    rest = _QUOTED.sub(" , ", text)
+    names = name_spans(rest)
+    multi = [name for name in names if len(name.split()) > 1]
+    single = [name for name in names if len(name.split()) == 1 and not _YEAR.fullmatch(name)]
+    years = [match.group(1) for match in _YEAR.finditer(text)]
+    ordered = sorted(quoted + multi, key=text.find) + single + years
+    return list(dict.fromkeys(ordered))
+
+
+class ExtractivePlanner:
+    """Sub-questions by rules: the question itself, one per side of a comparison, one per entity."""
+
+    def plan(self, question: str, max_subquestions: int) -> list[SubQuestion]:
+        question = normalise(question)
+        sides = _pair_sides(question) or _choice_sides(question)
+        side_words = [set(content_words(side.name)) for side in sides]
+        # An entity inside a side ("Escape" of "Escape from the Dark") is that side already.
+        entities = [
+            name
+            for name in question_entities(question)
+            if not any(set(content_words(name)) <= words for words in side_words)
+        ]
+        mentioned = [side.name for side in sides] + entities
+        topic = content_words(question)
+
+        def query_for(name: str, extra: str) -> str:
+            # The other entities' words are left out, so each query pulls towards its own entity.
+            others = {word for other in mentioned if other != name for word in content_words(other)}
+            own = set(content_words(name))
+            words = [word for word in dict.fromkeys(content_words(extra) + topic) if word not in own | others]
+            return " ".join([name, *words])
+
+        candidates = [(question, question)]
+        candidates += [(side.text, query_for(side.name, side.extra)) for side in sides]
+        candidates += [
+            (f"What does the evidence say about {name}?", query_for(name, "")) for name in entities
+        ]
+        chosen: list[tuple[str, str]] = []
+        for text, query in candidates:
+            words = content_words(query)
+            if not words or any(
+                _jaccard(words, content_words(kept)) >= QUERY_OVERLAP_DUPLICATE for _, kept in chosen
+            ):
+                continue
+            chosen.append((text, query))
+            if len(chosen) == max_subquestions:
+                break
+        return [
+            SubQuestion(id=f"q{position + 1}", position=position, text=text, query=query)
+            for position, (text, query) in enumerate(chosen)
+        ]
+
+
+class ExtractiveExtractor:
+    """The page's own sentences that best match the sub-question, each quoted verbatim."""
+
+    def extract(self, subquestion: SubQuestion, page: Page, limit: int) -> list[ClaimDraft]:
+        sentences = [span.text for span in split_sentences(page.text)]
+        bags = [set(content_words(sentence)) for sentence in sentences]
+        query = set(content_words(subquestion.query))
+        # Rarity within the page: a query word found in every sentence tells them apart least.
+        frequency = {word: sum(word in bag for bag in bags) for word in query}
+        weight = {word: math.log(1 + len(bags) / count) for word, count in frequency.items() if count}
+        scores = [sum(weight.get(word, 0.0) for word in bag & query) for bag in bags]
+        if scores:
+            scores[0] += FIRST_SENTENCE_BONUS * max(max(scores), 1.0)
+        ranked = sorted(range(len(sentences)), key=lambda index: (-scores[index], index))
+        drafts = []
+        for index in ranked:
+            if len(drafts) == limit:
+                break
+            if scores[index] <= 0 or len(normalise(sentences[index])) < FRAGMENT_MIN_CHARS:
+                continue
+            drafts.append(ClaimDraft(text=sentences[index], quote=sentences[index]))
+        return drafts
+
+
+class ExtractiveSynthesiser:
+    """A section per sub-question, one sentence per verified claim: the claim's own words, cited."""
+
+    def write(self, request: SynthesisInput) -> Draft:
+        if request.previous is not None and request.critique is not None and request.critique.problems:
+            flagged = {problem.index for problem in request.critique.problems}
+            kept = [
+                sentence for index, sentence in enumerate(request.previous.sentences) if index not in flagged
+            ]
+            return Draft(sentences=kept)
+        written: list[list[str]] = []
+        sentences = []
+        for subquestion in request.subquestions:
+            for claim in request.claims:
+                if claim.subquestion_id != subquestion.id or not claim.source_id:
+                    continue
+                words = content_words(claim.text)
+                if not words or any(_overlap(words, seen) >= SENTENCE_OVERLAP_DUPLICATE for seen in written):
+                    continue
+                written.append(words)
+                sentences.append(
+                    DraftSentence(text=claim.text, cites=[claim.source_id], section=subquestion.id)
+                )
+        return Draft(sentences=sentences)
+
+
+class ExtractiveCritic:
+    """The extractive critic is the mechanical checks, nothing more."""
+
+    def review(self, request: SynthesisInput, draft: Draft) -> Critique:
+        return mechanical_critique(draft, request.claims)
+
+
+def extractive_engine() -> Engine:
+    return Engine(
+        name="extractive",
+        planner=ExtractivePlanner(),
+        extractor=ExtractiveExtractor(),
+        synthesiser=ExtractiveSynthesiser(),
+        critic=ExtractiveCritic(),
+    )

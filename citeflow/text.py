@@ -1,0 +1,210 @@
+"""Text normalisation, sentence splitting and word tokens: the shared ground of every mechanical check.
+
+A quote is compared with a page only after both went through `normalise`, so that typography (curly
+quotes, dashes, odd spaces, ligatures) never decides whether a quote is "found". `normalise_with_map`
+keeps, for every normalised character, where it came from, so offsets can be stored against the
+ORIGINAL page text and a verified quote is always a verbatim substring of the stored page.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import NamedTuple
+
+# Typography that must not decide a match: each maps to its plain ASCII spelling.
+_TYPOGRAPHY = str.maketrans(
+    {
+        **dict.fromkeys("‘’‚‛′`", "'"),
+        **dict.fromkeys("“”„‟«»″", '"'),
+        **dict.fromkeys("‐‑‒–—―−", "-"),
+    }
+)
+# Invisible characters that only affect rendering (zero-width spaces/joiners, soft hyphen, BOM).
+_INVISIBLE = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad")
+
+_WORD = re.compile(r"\w+")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_CAPITALISED = re.compile(r"\b[^\W\d_][\w'\-]*")
+
+# A small English stopword list: function words carry no evidence, so they never count as content.
+STOPWORDS = frozenset(
+    """
+    a about above after again against all also am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each either else etc ever few for from
+    further had has have having he her here hers herself him himself his how however i if in into is it its
+    itself just least less many may me might more most much must my myself neither no nor not now of off
+    on once only or other our ours ourselves out over own per same she should since so some such than that
+    the their theirs them themselves then there these they this those though through thus to too under
+    until up upon very was we were what whatever when where whether which while who whom whose why will
+    with within without would yet you your yours yourself yourselves s t d ll m re ve
+    """.split()  # noqa: SIM905 - a word list reads best as prose
+)
+
+
+@dataclass(frozen=True)
+class NormalisedText:
+    """Normalised text plus, per character, the span [start, end) of the original it came from."""
+
+    text: str
+    starts: list[int]
+    ends: list[int]
+
+    def original_span(self, start: int, end: int) -> tuple[int, int]:
+        """Map a non-empty span of the normalised text to the original text's span."""
+        if not 0 <= start < end <= len(self.text):
+            raise ValueError(f"span [{start}, {end}) is not inside the normalised text of {len(self.text)}")
+        return self.starts[start], self.ends[end - 1]
+
+
+class Span(NamedTuple):
+    start: int
+    end: int
+    text: str
+
+
+def _clusters(text: str) -> list[tuple[int, int]]:
+    """Base characters with their combining marks, so NFKC can compose them (e + U+0301 -> é)."""
+    bounds: list[tuple[int, int]] = []
+    for index, char in enumerate(text):
+        if bounds and unicodedata.combining(char):
+            bounds[-1] = (bounds[-1][0], index + 1)
+        else:
+            bounds.append((index, index + 1))
+    return bounds
+
+
+def normalise_with_map(text: str) -> NormalisedText:
+    """`normalise`, remembering where each normalised character came from in `text`."""
+    chars: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    for start, end in _clusters(text):
+        piece = unicodedata.normalize("NFKC", text[start:end]).translate(_TYPOGRAPHY)
+        for char in piece:
+            if char in _INVISIBLE:
+                continue
+            if char.isspace():
+                if not chars:  # leading white space is stripped
+                    continue
+                if chars[-1] == " ":  # a run of white space collapses onto its first character
+                    ends[-1] = end
+                    continue
+                char = " "
+            chars.append(char)
+            starts.append(start)
+            ends.append(end)
+    if chars and chars[-1] == " ":
+        chars.pop()
+        starts.pop()
+        ends.pop()
+    return NormalisedText("".join(chars), starts, ends)
+
+
+def normalise(text: str) -> str:
+    """NFKC, ASCII quotes and dashes, every white space run as one space, stripped."""
+    return normalise_with_map(text).text
+
+
+# Abbreviations after which a full stop does not end a sentence (compared case-folded, without the stop).
+_ABBREVIATIONS = frozenset(
+    """
+    mr mrs ms dr st jr sr prof gen col lt sgt capt cpt maj adm rev hon gov sen rep pres fr sr sra mt ft
+    vs e.g i.e cf ca c approx fig no nos vol vols pp ed eds inc ltd co corp bros dept est univ jan feb mar apr
+    jun jul aug sep sept oct nov dec ave blvd rd op al
+    """.split()  # noqa: SIM905 - a word list reads best as prose
+)
+_CLOSERS = "\"'”’)]»"
+_OPENERS = "\"'“‘([«¿¡"
+_TERMINATOR = re.compile(r"[.!?]+")
+
+
+def _is_abbreviation(text: str, stop: int) -> bool:
+    """Whether the full stop at `stop` closes an abbreviation, an initial or a dotted acronym."""
+    begin = stop
+    while begin > 0 and not text[begin - 1].isspace() and text[begin - 1] not in _OPENERS:
+        begin -= 1
+    token = text[begin:stop]
+    if not token:
+        return False
+    if len(token) == 1 and token.isalpha() and token.isupper():  # an initial: "J. R. R. Tolkien"
+        return True
+    if re.fullmatch(r"(?:[^\W\d_]\.)+[^\W\d_]", token):  # a dotted acronym: "U.S.", "e.g."
+        return True
+    return token.casefold() in _ABBREVIATIONS
+
+
+def _starts_sentence(text: str, index: int) -> bool:
+    """Whether the text at `index` (after white space) can begin a new sentence."""
+    while index < len(text) and text[index] in _OPENERS:
+        index += 1
+    return index < len(text) and (text[index].isupper() or text[index].isdigit())
+
+
+def _boundaries(text: str) -> list[int]:
+    """Offsets where one sentence ends and white space before the next begins."""
+    cuts: list[int] = []
+    for match in _TERMINATOR.finditer(text):
+        end = match.end()
+        while end < len(text) and text[end] in _CLOSERS:
+            end += 1
+        if end < len(text) and not text[end].isspace():
+            continue  # "3.5", "example.com", "U.S.-based"
+        after = end
+        while after < len(text) and text[after].isspace():
+            after += 1
+        if after == len(text):
+            continue
+        if match.group() == "." and _is_abbreviation(text, match.start()):
+            continue
+        if _starts_sentence(text, after):
+            cuts.append(end)
+    # A line break ends a sentence unless the next line continues it in lower case (a wrapped line):
+    # headings and list items carry no full stop but are not part of the following paragraph.
+    for match in re.finditer(r"\n\s*", text):
+        following = match.end()
+        if following < len(text) and not text[following].islower():
+            cuts.append(match.start())
+    return sorted(set(cuts))
+
+
+def split_sentences(text: str) -> list[Span]:
+    """Sentences of `text`, each a verbatim substring: text[span.start:span.end] == span.text."""
+    spans: list[Span] = []
+    begin = 0
+    for cut in [*_boundaries(text), len(text)]:
+        start, end = begin, cut
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if start < end:
+            spans.append(Span(start, end, text[start:end]))
+        begin = cut
+    return spans
+
+
+def words(text: str) -> list[str]:
+    """Case-folded word tokens of the normalised text."""
+    return [token.casefold() for token in _WORD.findall(normalise(text))]
+
+
+def content_words(text: str) -> list[str]:
+    """Word tokens minus stopwords: the words that carry what a sentence says."""
+    return [word for word in words(text) if word not in STOPWORDS]
+
+
+def numbers(text: str) -> list[str]:
+    """Numbers in the text, thousands separators removed: "1,000" -> "1000", "3.5" stays."""
+    return [re.sub(r",(?=\d{3}\b)", "", number) for number in _NUMBER.findall(normalise(text))]
+
+
+def names(text: str) -> list[str]:
+    """Capitalised words that are not stopwords ("Nolan", "BBC"), case kept; initials are too short."""
+    found = []
+    for token in _CAPITALISED.findall(normalise(text)):
+        token = token.strip("'-")
+        if len(token) > 1 and token[0].isupper() and token.casefold() not in STOPWORDS:
+            found.append(token)
+    return found
