@@ -1,0 +1,184 @@
+"""Numbered schema migrations for the evidence store.
+
+MIGRATIONS is append-only: a migration, once released, is never edited, because stores in the field
+already ran it. Each one runs once, inside a transaction, and is recorded in `schema_migrations`, so
+re-opening a store runs only what is new. Columns mirror the field names of citeflow/contracts.py.
+Timestamps are naive UTC (TIMESTAMP): DuckDB returns TIMESTAMPTZ values in the session time zone,
+which would make the same row read differently on two machines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import duckdb
+
+Migration = Callable[[duckdb.DuckDBPyConnection], None]
+
+
+def m001_initial(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        """
+        CREATE TABLE runs (
+            run_id VARCHAR PRIMARY KEY,
+            question VARCHAR NOT NULL,
+            status VARCHAR NOT NULL,
+            engine VARCHAR NOT NULL,
+            search VARCHAR NOT NULL,
+            settings JSON,
+            started_at TIMESTAMP NOT NULL,
+            ended_at TIMESTAMP,
+            wall_seconds DOUBLE,
+            report_markdown VARCHAR,
+            report_path VARCHAR,
+            metrics JSON
+        );
+        CREATE TABLE subquestions (
+            run_id VARCHAR NOT NULL,
+            id VARCHAR NOT NULL,
+            position INTEGER NOT NULL,
+            text VARCHAR NOT NULL,
+            query VARCHAR NOT NULL,
+            PRIMARY KEY (run_id, id)
+        );
+        CREATE TABLE pages (
+            id VARCHAR PRIMARY KEY,
+            url VARCHAR NOT NULL,
+            canonical_url VARCHAR NOT NULL,
+            title VARCHAR NOT NULL,
+            text VARCHAR NOT NULL,
+            content_hash VARCHAR NOT NULL,
+            origin VARCHAR NOT NULL,
+            published VARCHAR,
+            stored_at TIMESTAMP NOT NULL
+        );
+        CREATE TABLE search_results (
+            run_id VARCHAR NOT NULL,
+            subquestion_id VARCHAR NOT NULL,
+            provider VARCHAR NOT NULL,
+            rank INTEGER NOT NULL,
+            url VARCHAR NOT NULL,
+            title VARCHAR NOT NULL,
+            snippet VARCHAR NOT NULL,
+            page_id VARCHAR
+        );
+        CREATE TABLE run_sources (
+            run_id VARCHAR NOT NULL,
+            subquestion_id VARCHAR NOT NULL,
+            page_id VARCHAR NOT NULL,
+            provider VARCHAR NOT NULL,
+            rank INTEGER NOT NULL,
+            source_id VARCHAR
+        );
+        CREATE TABLE claims (
+            run_id VARCHAR NOT NULL,
+            id VARCHAR NOT NULL,
+            subquestion_id VARCHAR NOT NULL,
+            page_id VARCHAR NOT NULL,
+            page_hash VARCHAR NOT NULL,
+            text VARCHAR NOT NULL,
+            quote VARCHAR NOT NULL,
+            quote_start INTEGER,
+            quote_end INTEGER,
+            status VARCHAR NOT NULL,
+            reason VARCHAR NOT NULL,
+            source_id VARCHAR
+        );
+        CREATE TABLE report_sentences (
+            run_id VARCHAR NOT NULL,
+            position INTEGER NOT NULL,
+            section VARCHAR NOT NULL,
+            text VARCHAR NOT NULL,
+            cites VARCHAR[] NOT NULL,
+            status VARCHAR NOT NULL,
+            reason VARCHAR NOT NULL
+        );
+        CREATE TABLE model_calls (
+            run_id VARCHAR NOT NULL,
+            role VARCHAR NOT NULL,
+            model VARCHAR NOT NULL,
+            endpoint VARCHAR NOT NULL,
+            prompt_tokens INTEGER NOT NULL,
+            completion_tokens INTEGER NOT NULL,
+            tokens_estimated BOOLEAN NOT NULL,
+            latency_seconds DOUBLE NOT NULL,
+            attempt INTEGER NOT NULL,
+            outcome VARCHAR NOT NULL,
+            prompt_hash VARCHAR NOT NULL,
+            detail VARCHAR NOT NULL,
+            called_at TIMESTAMP NOT NULL
+        );
+        CREATE TABLE traces (
+            run_id VARCHAR NOT NULL,
+            stage VARCHAR NOT NULL,
+            subquestion_id VARCHAR,
+            actor VARCHAR NOT NULL,
+            started_at TIMESTAMP NOT NULL,
+            ended_at TIMESTAMP NOT NULL,
+            outcome VARCHAR NOT NULL,
+            detail VARCHAR NOT NULL
+        );
+        CREATE TABLE errors (
+            run_id VARCHAR NOT NULL,
+            stage VARCHAR NOT NULL,
+            subquestion_id VARCHAR,
+            detail VARCHAR NOT NULL,
+            recorded_at TIMESTAMP NOT NULL
+        );
+        -- The full-text index does not follow inserts; this row says which state of `pages` it was
+        -- built from, so a search can tell it is stale and rebuild it (storage/search.py).
+        CREATE TABLE search_index (
+            pages BIGINT NOT NULL,
+            max_stored_at TIMESTAMP,
+            built_at TIMESTAMP NOT NULL
+        );
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [m001_initial]
+
+
+def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The number of migrations this store has run; 0 for a new file."""
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables "
+        "WHERE table_schema = 'main' AND table_name = 'schema_migrations'"
+    ).fetchone()
+    if not exists or exists[0] == 0:
+        return 0
+    row = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> int:
+    """Run every pending migration in one transaction and return the schema version.
+
+    Either all pending migrations apply or none do: a failure rolls the store back to the
+    version it had.
+    """
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        version = current_version(con)
+        for number, migration in enumerate(MIGRATIONS, start=1):
+            if number <= version:
+                continue
+            migration(con)
+            con.execute(
+                "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                [number, migration.__name__, datetime.now(UTC).replace(tzinfo=None)],
+            )
+            version = number
+        con.execute("COMMIT")
+    except duckdb.Error:
+        con.execute("ROLLBACK")
+        raise
+    return version
+
+
+LATEST_VERSION = len(MIGRATIONS)

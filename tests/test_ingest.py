@@ -1,0 +1,168 @@
+"""Ingesting local files: parse everything first, write once, lose nothing on bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from citeflow.contracts import Origin
+from citeflow.errors import IngestError
+from storage.ingest import ingest_paths
+from storage.search import LocalSearch
+from storage.store import EvidenceStore
+
+ARTICLE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>Basalt columns - Geology Notes</title>
+<meta name="date" content="2021-06-15"></head>
+<body><nav>Home | About</nav>
+<article><h1>Basalt columns</h1>
+<p>Columnar basalt forms when a thick lava flow cools and contracts, cracking into hexagonal columns.</p>
+<p>The Giant's Causeway in Northern Ireland has about forty thousand interlocking basalt columns.</p>
+</article><footer>Copyright</footer></body></html>
+"""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[EvidenceStore]:
+    with EvidenceStore.open(tmp_path / "store.duckdb") as opened:
+        yield opened
+
+
+def page_rows(store: EvidenceStore) -> list[tuple]:
+    with store.cursor() as cur:
+        return cur.execute("SELECT url, title, origin, published FROM pages ORDER BY url").fetchall()
+
+
+def write_jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_folder_of_html_markdown_and_text(store: EvidenceStore, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "deeper").mkdir(parents=True)
+    (docs / "basalt.html").write_text(ARTICLE, encoding="utf-8")
+    (docs / "deeper" / "notes.md").write_text(
+        "Intro line\n\n# Obsidian glass\n\nObsidian is volcanic glass.\n"
+    )
+    (docs / "plain.txt").write_text("\n  Pumice floats on water\nIt is full of gas bubbles.\n")
+    (docs / "empty.txt").write_text("")
+    (docs / "image.png").write_bytes(b"\x89PNG\r\n")
+    (docs / "blank.html").write_text("<html><body><script>var x = 1;</script></body></html>")
+
+    report = ingest_paths(store, [docs])
+
+    assert (report.files, report.records, report.new, report.unchanged, report.changed) == (3, 3, 3, 0, 0)
+    reasons = "\n".join(report.skipped)
+    assert len(report.skipped) == 3
+    assert "empty.txt: the file is empty" in reasons
+    assert "image.png: unsupported file type .png" in reasons
+    assert "blank.html: no text could be extracted" in reasons
+    rows = {
+        Path(url).name: (url, title, origin, published) for url, title, origin, published in page_rows(store)
+    }
+    assert set(rows) == {"basalt.html", "notes.md", "plain.txt"}
+    assert rows["basalt.html"][0] == (docs / "basalt.html").resolve().as_uri()
+    assert rows["basalt.html"][1] in {"Basalt columns", "Basalt columns - Geology Notes"}
+    assert rows["basalt.html"][3] == "2021-06-15"
+    assert rows["notes.md"][1] == "Obsidian glass"
+    assert rows["plain.txt"][1] == "Pumice floats on water"
+    assert {row[2] for row in rows.values()} == {Origin.ingested.value}
+    basalt = store.latest_page(rows["basalt.html"][0])
+    assert basalt is not None
+    assert "forty thousand interlocking basalt columns" in basalt.text
+    assert "Copyright" not in basalt.text  # boilerplate removed by trafilatura
+
+    # The index was refreshed by ingest: the new page is searchable at once.
+    results = LocalSearch(store).search("Giant's Causeway basalt", 3)
+    assert results[0].page_id == basalt.id
+
+
+def test_reingesting_counts_unchanged_and_changed(store: EvidenceStore, tmp_path: Path) -> None:
+    note = tmp_path / "note.txt"
+    note.write_text("First version of the note.")
+    assert ingest_paths(store, [note]).new == 1
+    again = ingest_paths(store, [note])
+    assert (again.new, again.unchanged, again.changed) == (0, 1, 0)
+    note.write_text("Second version of the note.")
+    edited = ingest_paths(store, [note])
+    assert (edited.new, edited.unchanged, edited.changed) == (0, 0, 1)
+    latest = store.latest_page(note.resolve().as_uri())
+    assert latest is not None and latest.text == "Second version of the note."
+
+
+def test_jsonl_records_ignore_extra_keys(store: EvidenceStore, tmp_path: Path) -> None:
+    corpus = write_jsonl(
+        tmp_path / "corpus.jsonl",
+        [
+            '{"id": "x1", "url": "https://example.org/one", "title": "One", "text": "First record."}',
+            "",
+            '{"id": "x2", "url": "https://example.org/two", "text": "Second record, no title."}',
+        ],
+    )
+    report = ingest_paths(store, [corpus], max_chars=10)
+    assert (report.files, report.records, report.new) == (1, 2, 2)
+    assert page_rows(store) == [
+        ("https://example.org/one", "One", "ingested", None),
+        ("https://example.org/two", "", "ingested", None),
+    ]
+    one = store.latest_page("https://example.org/one")
+    assert one is not None and one.text == "First reco"
+
+
+def test_a_malformed_jsonl_line_loads_nothing_at_all(store: EvidenceStore, tmp_path: Path) -> None:
+    good = tmp_path / "a_good.txt"
+    good.write_text("A perfectly good file.")
+    corpus = write_jsonl(
+        tmp_path / "b_corpus.jsonl",
+        [
+            '{"url": "https://example.org/1", "title": "1", "text": "one"}',
+            '{"url": "https://example.org/2", "title": "2", "text": "two"}',
+            '{"url": "https://example.org/3", "title": "3", "text": "thr',
+            '{"url": "https://example.org/4", "title": "4", "text": "four"}',
+        ],
+    )
+    with pytest.raises(IngestError) as raised:
+        ingest_paths(store, [good, corpus])
+    message = str(raised.value)
+    assert f"{corpus} line 3" in message
+    assert "not valid JSON" in message
+    assert "no record of b_corpus.jsonl, and nothing at all, was loaded" in message
+    assert page_rows(store) == []
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('{"title": "no url", "text": "body"}', 'no "url"'),
+        ('{"url": "https://example.org/x", "title": "no text"}', 'no "text"'),
+        ('["a", "list"]', "not a JSON object"),
+    ],
+)
+def test_a_record_missing_fields_loads_nothing(
+    store: EvidenceStore, tmp_path: Path, line: str, problem: str
+) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", ['{"url": "https://example.org/ok", "text": "fine"}', line])
+    with pytest.raises(IngestError, match=problem) as raised:
+        ingest_paths(store, [corpus])
+    assert "line 2" in str(raised.value)
+    assert page_rows(store) == []
+
+
+def test_a_missing_path_loads_nothing(store: EvidenceStore, tmp_path: Path) -> None:
+    good = tmp_path / "good.md"
+    good.write_text("# Good\n\nBody.")
+    with pytest.raises(IngestError, match="does not exist") as raised:
+        ingest_paths(store, [good, tmp_path / "typo.md"])
+    assert "the store is unchanged" in str(raised.value)
+    assert page_rows(store) == []
+
+
+def test_a_file_that_is_not_utf8_is_skipped(store: EvidenceStore, tmp_path: Path) -> None:
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    report = ingest_paths(store, [latin])
+    assert report.files == 0
+    assert report.skipped == [f"{latin}: not UTF-8 text (invalid continuation byte at byte 3)"]

@@ -1,0 +1,137 @@
+"""BM25 search over the evidence store, on the real evaluation corpus."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from citeflow.contracts import Origin, PageInput
+from citeflow.search import Searcher
+from storage.ingest import ingest_paths
+from storage.search import SNIPPET_CHARS, LocalSearch, index_is_stale, snippet
+from storage.store import EvidenceStore
+
+CORPUS = Path("/work/shared/eval/hotpotqa-100.corpus.jsonl")
+
+
+def corpus_records() -> list[dict]:
+    if not CORPUS.exists():
+        pytest.skip(f"{CORPUS} is not on this machine")
+    return [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def corpus_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvidenceStore]:
+    corpus_records()  # skip early if the corpus is absent
+    with EvidenceStore.open(tmp_path_factory.mktemp("corpus") / "corpus.duckdb") as store:
+        ingest_paths(store, [CORPUS])
+        yield store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[EvidenceStore]:
+    with EvidenceStore.open(tmp_path / "store.duckdb") as opened:
+        yield opened
+
+
+def test_local_search_is_a_searcher(store: EvidenceStore) -> None:
+    searcher: Searcher = LocalSearch(store)
+    assert searcher.name == "local"
+
+
+def test_a_title_query_finds_its_page_first(corpus_store: EvidenceStore) -> None:
+    results = LocalSearch(corpus_store).search("1932 Deep South tornado outbreak", 5)
+    assert results[0].url == "https://en.wikipedia.org/wiki/1932_Deep_South_tornado_outbreak"
+    assert results[0].title == "1932 Deep South tornado outbreak"
+    assert [r.rank for r in results] == [1, 2, 3, 4, 5]
+    assert {r.provider for r in results} == {"local"}
+    page = corpus_store.get_page(results[0].page_id or "")
+    assert page.url == results[0].url
+    assert "1932" in results[0].snippet and len(results[0].snippet) <= SNIPPET_CHARS + 2
+
+
+def test_titles_rank_their_own_page_first_across_the_corpus(corpus_store: EvidenceStore) -> None:
+    records = corpus_records()
+    sample = records[::10]
+    search = LocalSearch(corpus_store)
+    # A title shared by two records cannot single one out; count those as hits if either is first.
+    urls_by_title: dict[str, set[str]] = {}
+    for record in records:
+        urls_by_title.setdefault(record["title"], set()).add(record["url"])
+    hits = sum(
+        1
+        for record in sample
+        if (results := search.search(record["title"], 3)) and results[0].url in urls_by_title[record["title"]]
+    )
+    assert hits / len(sample) >= 0.9, f"{hits} of {len(sample)} titles ranked first"
+
+
+def test_queries_with_quotes_and_punctuation_are_safe(corpus_store: EvidenceStore) -> None:
+    search = LocalSearch(corpus_store)
+    for query in [
+        "O'Brien's \"band\"; DROP TABLE pages; --",
+        "'); SELECT 1; --",
+        "100% (rock) [album]?",
+        "ü é ß",
+    ]:
+        results = search.search(query, 5)
+        assert all(r.rank == i for i, r in enumerate(results, start=1))
+    assert "Dandy Warhols" in search.search("Dandy Warhols; DROP TABLE pages", 1)[0].title
+    assert corpus_store.query("SELECT count(*) FROM pages")[1] == [(len(corpus_records()),)]
+
+
+def test_limit_and_no_match(corpus_store: EvidenceStore) -> None:
+    search = LocalSearch(corpus_store)
+    assert len(search.search("album", 3)) == 3
+    assert search.search("album", 0) == []
+    assert search.search("   ", 5) == []
+    assert search.search("zzqxv wwkjq", 5) == []
+
+
+def test_bm25_is_usable_from_sql(corpus_store: EvidenceStore) -> None:
+    columns, rows = corpus_store.query(
+        "SELECT title FROM "
+        "(SELECT title, fts_main_pages.match_bm25(id, 'tornado outbreak') AS score FROM pages) "
+        "WHERE score IS NOT NULL ORDER BY score DESC LIMIT 3"
+    )
+    assert columns == ["title"]
+    assert len(rows) == 3 and all("ornado" in title for (title,) in rows)
+
+
+def test_an_empty_store_returns_nothing(store: EvidenceStore) -> None:
+    assert LocalSearch(store).search("anything at all", 5) == []
+
+
+def test_the_index_follows_new_pages_and_only_the_latest_version_is_found(store: EvidenceStore) -> None:
+    search = LocalSearch(store)
+    url = "https://example.org/volcano"
+    old, _ = store.put_page(
+        PageInput(url=url, title="Volcano", text="Mauna Loa erupts basalt.", origin=Origin.fetched)
+    )
+    assert [r.page_id for r in search.search("Mauna Loa", 5)] == [old.id]
+    assert not index_is_stale(store)
+
+    new, _ = store.put_page(
+        PageInput(url=url, title="Volcano", text="Mauna Loa erupted again in 2022.", origin=Origin.fetched)
+    )
+    other, _ = store.put_page(
+        PageInput(
+            url="https://example.org/kilauea", title="Kilauea", text="Near Mauna Loa.", origin=Origin.fetched
+        )
+    )
+    assert index_is_stale(store)
+    ids = {r.page_id for r in search.search("Mauna Loa", 5)}
+    assert ids == {new.id, other.id}
+    assert old.id not in ids  # the older version of the same URL is never returned
+    assert not index_is_stale(store)
+
+
+def test_snippet_is_a_window_around_the_first_match() -> None:
+    text = "filler " * 100 + "the Giant's Causeway has basalt columns " + "more " * 100
+    cut = snippet(text, "causeway")
+    assert "Causeway" in cut and cut.startswith("…") and cut.endswith("…")
+    assert len(cut) <= SNIPPET_CHARS + 2
+    assert snippet("Short text.", "absent") == "Short text."

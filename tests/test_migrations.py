@@ -1,0 +1,129 @@
+"""The schema a new store gets, and that migrations run once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from storage import migrations
+from storage.store import EvidenceStore
+
+EXPECTED_SCHEMA = {
+    "schema_migrations": ["version", "name", "applied_at"],
+    "runs": [
+        "run_id",
+        "question",
+        "status",
+        "engine",
+        "search",
+        "settings",
+        "started_at",
+        "ended_at",
+        "wall_seconds",
+        "report_markdown",
+        "report_path",
+        "metrics",
+    ],
+    "subquestions": ["run_id", "id", "position", "text", "query"],
+    "pages": [
+        "id",
+        "url",
+        "canonical_url",
+        "title",
+        "text",
+        "content_hash",
+        "origin",
+        "published",
+        "stored_at",
+    ],
+    "search_results": ["run_id", "subquestion_id", "provider", "rank", "url", "title", "snippet", "page_id"],
+    "run_sources": ["run_id", "subquestion_id", "page_id", "provider", "rank", "source_id"],
+    "claims": [
+        "run_id",
+        "id",
+        "subquestion_id",
+        "page_id",
+        "page_hash",
+        "text",
+        "quote",
+        "quote_start",
+        "quote_end",
+        "status",
+        "reason",
+        "source_id",
+    ],
+    "report_sentences": ["run_id", "position", "section", "text", "cites", "status", "reason"],
+    "model_calls": [
+        "run_id",
+        "role",
+        "model",
+        "endpoint",
+        "prompt_tokens",
+        "completion_tokens",
+        "tokens_estimated",
+        "latency_seconds",
+        "attempt",
+        "outcome",
+        "prompt_hash",
+        "detail",
+        "called_at",
+    ],
+    "traces": ["run_id", "stage", "subquestion_id", "actor", "started_at", "ended_at", "outcome", "detail"],
+    "errors": ["run_id", "stage", "subquestion_id", "detail", "recorded_at"],
+    "search_index": ["pages", "max_stored_at", "built_at"],
+}
+
+
+def schema(path: Path) -> dict[str, list[str]]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position"
+        ).fetchall()
+    finally:
+        con.close()
+    tables: dict[str, list[str]] = {}
+    for table, column in rows:
+        tables.setdefault(table, []).append(column)
+    return tables
+
+
+def test_new_store_has_exactly_the_expected_schema(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "store.duckdb"
+    EvidenceStore.open(path).close()
+    assert schema(path) == EXPECTED_SCHEMA
+
+
+def test_reopening_does_not_rerun_migrations(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    with EvidenceStore.open(path) as store, store.cursor() as cur:
+        first = cur.execute("SELECT version, name, applied_at FROM schema_migrations").fetchall()
+    with EvidenceStore.open(path) as store, store.cursor() as cur:
+        again = cur.execute("SELECT version, name, applied_at FROM schema_migrations").fetchall()
+        assert migrations.current_version(cur) == migrations.LATEST_VERSION
+    assert first == again == [(1, "m001_initial", first[0][2])]
+
+
+def test_a_failing_migration_leaves_the_store_at_its_old_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "store.duckdb"
+    EvidenceStore.open(path).close()
+
+    def m002_broken(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("CREATE TABLE half_done (a INTEGER)")
+        con.execute("SELECT * FROM no_such_table")
+
+    monkeypatch.setattr(migrations, "MIGRATIONS", [migrations.m001_initial, m002_broken])
+    con = duckdb.connect(str(path))
+    try:
+        with pytest.raises(duckdb.CatalogException):
+            migrations.migrate(con)
+        assert migrations.current_version(con) == 1
+        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        assert "half_done" not in tables
+    finally:
+        con.close()
