@@ -1,0 +1,37 @@
+"""The model layer's errors: branches of citeflow.errors.ModelError, split by what a role does next.
+
+    ModelError (citeflow.errors)
+    ├── ModelRejected        the endpoint refused the request (400/401/403/404...): fail fast, no retry
+    └── DegradableError      the role survives it by falling back to its safe default
+        ├── ModelUnavailable the endpoint kept failing transiently past the retry bound
+        ├── InvalidReply     the reply failed validation twice (once more with the error shown)
+        └── BudgetExhausted  the call would have crossed the run's budget, so it was not made
+
+Every message names the role, endpoint and model; none ever carries an API key.
+"""
+
+from __future__ import annotations
+
+from citeflow.errors import ModelError
+
+
+class ModelRejected(ModelError):
+    def __init__(self, subject: str, problem: str, status: int) -> None:
+        super().__init__(subject, problem, "no retry: fix the configuration and run again")
+        self.status = status
+
+
+class DegradableError(ModelError):
+    pass
+
+
+class ModelUnavailable(DegradableError):
+    pass
+
+
+class InvalidReply(DegradableError):
+    pass
+
+
+class BudgetExhausted(DegradableError):
+    pass

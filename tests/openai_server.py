@@ -1,0 +1,148 @@
+"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for tests through the real client.
+
+Each test enqueues the replies the server gives, one per request in order: a message, an HTTP status
+with a body and headers (Retry-After), a delay, usage figures or none, or a dropped connection. The
+server records every request it received. With the queue empty it answers `default` when set, else
+HTTP 500 "no scripted reply", so a test that makes more calls than it scripted fails loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    content: str = ""  # the assistant message text (status 200)
+    status: int = 200
+    error: str = ""  # the error message for a status other than 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds before answering
+    usage: tuple[int, int] | None = (11, 7)  # (prompt, completion) tokens; None sends no usage
+    drop: bool = False  # close the connection without answering
+
+
+def json_reply(data: Any, **options: Any) -> Reply:
+    return Reply(content=json.dumps(data), **options)
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    headers: dict[str, str]  # names lower-cased
+    body: dict[str, Any]
+    at: float  # time.monotonic() on arrival
+
+    @property
+    def prompt(self) -> str:
+        """Every message's content, joined: what the model was shown."""
+        return "\n".join(m["content"] for m in self.body["messages"])
+
+
+class ScriptedServer:
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.default: Reply | None = None
+        self.requests: list[Received] = []
+        self.max_in_flight = 0
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._http.daemon_threads = True
+        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._http.server_address[1]}/v1"
+
+    def enqueue(self, *replies: Reply) -> None:
+        with self._lock:
+            self.replies.extend(replies)
+
+    def __enter__(self) -> ScriptedServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+    def _next(self, received: Received) -> Reply:
+        with self._lock:
+            self.requests.append(received)
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+            if self.replies:
+                return self.replies.popleft()
+            return self.default or Reply(status=500, error="no scripted reply left")
+
+    def _done(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                reply = server._next(Received(self.path, headers, body, time.monotonic()))
+                try:
+                    time.sleep(reply.delay)
+                    if reply.drop:
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    self._answer(reply, body)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up first (timeout)
+                    self.close_connection = True
+                finally:
+                    server._done()
+
+            def _answer(self, reply: Reply, request: dict[str, Any]) -> None:
+                if reply.status == 200:
+                    payload: dict[str, Any] = {
+                        "id": f"chatcmpl-{len(server.requests)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": request.get("model", ""),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": reply.content},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                    }
+                    if reply.usage is not None:
+                        prompt, completion = reply.usage
+                        payload["usage"] = {
+                            "prompt_tokens": prompt,
+                            "completion_tokens": completion,
+                            "total_tokens": prompt + completion,
+                        }
+                else:
+                    payload = {"error": {"message": reply.error, "type": "scripted", "code": None}}
+                data = json.dumps(payload).encode()
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
