@@ -1,0 +1,105 @@
+"""Turn a fetched body into page text, title and publication date.
+
+HTML goes through trafilatura (main text only, favouring precision over recall), PDF through
+pypdf, plain text is decoded as is. A body that claims to be text but is binary is refused: it
+would otherwise become pages of noise that quotes could be "found" in.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import pypdf
+import trafilatura
+from pypdf.errors import PyPdfError
+from trafilatura.settings import Document
+
+from citeflow.errors import FetchError
+
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+PDF_PAGES_MAX = 300  # extraction time grows with pages; a longer PDF is read up to here
+SNIFF_BYTES = 65_536
+CONTROL_MAX = 0.05  # share of control bytes above which a body is "not text"
+TEXT_CONTROLS = frozenset(b"\t\n\r\f\x1b")
+TITLE_MAX_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Extracted:
+    title: str
+    text: str
+    published: str | None
+
+
+def media_type(content_type: str) -> tuple[str, str | None]:
+    """`text/html; charset=UTF-8` -> ('text/html', 'utf-8')."""
+    mime, _, params = content_type.partition(";")
+    charset = None
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip("\"'").lower()
+    return mime.strip().lower(), charset
+
+
+def _check_is_text(url: str, body: bytes) -> None:
+    """Judged on bytes, not on a decoding, so text in any ASCII-compatible charset passes while
+    random binary (about 11% control bytes) does not."""
+    sample = body[:SNIFF_BYTES]
+    if b"\x00" in sample:
+        raise FetchError(url, "not text: the body holds NUL bytes (a binary file served as text)")
+    control = sum(1 for byte in sample if (byte < 32 and byte not in TEXT_CONTROLS) or byte == 0x7F)
+    if sample and control / len(sample) > CONTROL_MAX:
+        raise FetchError(url, f"not text: {control} of the first {len(sample)} bytes are control bytes")
+
+
+def _html(url: str, body: bytes) -> Extracted:
+    document = trafilatura.bare_extraction(
+        body, url=url, favor_precision=True, with_metadata=True, include_comments=False
+    )
+    # as_dict is off, so a result is a Document; anything else means no extraction.
+    if not isinstance(document, Document) or not (document.text or "").strip():
+        raise FetchError(url, "no readable main text in the HTML")
+    text = (document.text or "").strip()
+    return Extracted(
+        title=(document.title or "").strip()[:TITLE_MAX_CHARS], text=text, published=document.date or None
+    )
+
+
+def _pdf(url: str, body: bytes) -> Extracted:
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(body))
+        pages = [page.extract_text() or "" for page in reader.pages[:PDF_PAGES_MAX]]
+        metadata = reader.metadata
+        title = (metadata.title or "") if metadata else ""
+        created = metadata.creation_date if metadata else None
+    except (PyPdfError, ValueError, KeyError) as error:  # pypdf raises these for damaged files
+        raise FetchError(url, f"unreadable PDF ({error})") from error
+    text = "\n\n".join(page.strip() for page in pages if page.strip())
+    if not text:
+        raise FetchError(url, "the PDF has no extractable text (scanned images?)")
+    published = created.date().isoformat() if created else None
+    return Extracted(title=str(title).strip()[:TITLE_MAX_CHARS], text=text, published=published)
+
+
+def _plain(url: str, body: bytes, charset: str | None) -> Extracted:
+    try:
+        text = body.decode(charset or "utf-8", errors="replace").strip()
+    except LookupError:
+        text = body.decode("utf-8", errors="replace").strip()
+    if not text:
+        raise FetchError(url, "the text body is empty")
+    first_line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return Extracted(title=first_line[:TITLE_MAX_CHARS], text=text, published=None)
+
+
+def extract(url: str, body: bytes, content_type: str) -> Extracted:
+    """Title, main text and publication date of a body; FetchError when it holds no usable text."""
+    mime, charset = media_type(content_type)
+    if mime == "application/pdf" or (mime == "application/octet-stream" and body.startswith(b"%PDF-")):
+        return _pdf(url, body)
+    if mime in HTML_TYPES or mime == "text/plain":
+        _check_is_text(url, body)
+        return _html(url, body) if mime in HTML_TYPES else _plain(url, body, charset)
+    raise FetchError(url, f"content type {mime or '(none)'!r} is not HTML, plain text or PDF")
