@@ -52,6 +52,15 @@ CLAIM_COLUMNS = (
 )
 
 
+class RoleUsage(BaseModel):
+    """One role's model calls in a run, summed from the model_calls rows."""
+
+    role: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
 class IngestCounts(BaseModel):
     """What a batch of pages did to the store."""
 
@@ -571,6 +580,19 @@ class EvidenceStore:
                 [run_id],
             ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def role_usage(self, run_id: str) -> dict[str, RoleUsage]:
+        """Calls and tokens per role, for the run metrics."""
+        with self.cursor() as cur:
+            rows = cur.execute(
+                "SELECT role, count(*), sum(prompt_tokens), sum(completion_tokens) FROM model_calls "
+                "WHERE run_id = ? GROUP BY role ORDER BY role",
+                [run_id],
+            ).fetchall()
+        return {
+            r[0]: RoleUsage(role=r[0], calls=r[1], prompt_tokens=int(r[2]), completion_tokens=int(r[3]))
+            for r in rows
+        }
 
     def add_trace(self, trace: Trace) -> None:
         with self.cursor() as cur:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -27,11 +28,13 @@ from citeflow.contracts import (
     RunStatus,
     SearchResult,
     SentenceStatus,
+    StageMetrics,
     SubQuestion,
     Trace,
 )
 from citeflow.errors import InputError, StoreError
 from storage import store as store_module
+from storage.search import refresh_index
 from storage.store import EvidenceStore, close_stores, content_hash, get_store, read_only_query
 
 
@@ -261,6 +264,14 @@ def test_a_run_from_start_to_finish(store: EvidenceStore) -> None:
             )
         )
     assert store.run_tokens(run) == (150, 15)
+    usage = store.role_usage(run)
+    assert list(usage) == ["planner"]
+    assert (usage["planner"].calls, usage["planner"].prompt_tokens, usage["planner"].completion_tokens) == (
+        2,
+        150,
+        15,
+    )
+    assert store.role_usage("other") == {}
     assert store.run_tokens("other") == (0, 0)
     now = datetime.now(UTC)
     store.add_trace(
@@ -399,3 +410,83 @@ def test_threads_share_one_store_and_append_claims_concurrently(tmp_path: Path) 
     assert get_store(path) is not seen[0]  # a closed store is reopened, not handed out
     close_stores()
     assert store_module._stores == {}
+
+
+# -- the recipes in storage/SCHEMA.md ----------------------------------------------------------
+
+SCHEMA_GUIDE = Path(__file__).resolve().parent.parent / "storage" / "SCHEMA.md"
+
+
+def test_every_recipe_in_the_schema_guide_runs_and_finds_rows(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    run = "run-recipes"
+    with EvidenceStore.open(path) as opened:
+        old, _ = opened.put_page(page("https://example.org/basalt", "Basalt columns, first draft."))
+        basalt, _ = opened.put_page(page("https://example.org/basalt", "Basalt columns form as lava cools."))
+        opened.start_run(run, "How do basalt columns form?", "extractive", "local", "{}")
+        opened.add_subquestions(run, [SubQuestion(id="q1", position=0, text="How?", query="basalt columns")])
+        opened.add_run_source(
+            RunSource(run_id=run, subquestion_id="q1", page_id=basalt.id, provider="local", rank=1)
+        )
+        opened.add_claims(
+            [claim(run, 1, basalt.id, ClaimStatus.verified), claim(run, 2, old.id, ClaimStatus.rejected)]
+        )
+        opened.number_sources(run)
+        opened.add_report_sentences(
+            [
+                ReportSentence(
+                    run_id=run,
+                    position=0,
+                    section="q1",
+                    text="It cools [S1].",
+                    cites=["S1"],
+                    status=SentenceStatus.kept,
+                ),
+                ReportSentence(
+                    run_id=run,
+                    position=1,
+                    section="q1",
+                    text="It is hot.",
+                    cites=[],
+                    status=SentenceStatus.removed,
+                    reason="uncited",
+                ),
+            ]
+        )
+        opened.add_model_call(
+            ModelCall(
+                run_id=run,
+                role="planner",
+                model="m",
+                endpoint="http://127.0.0.1:1/v1",
+                prompt_tokens=10,
+                completion_tokens=5,
+                tokens_estimated=True,
+                latency_seconds=0.2,
+                attempt=1,
+                outcome=Outcome.ok,
+                prompt_hash="p",
+            )
+        )
+        now = datetime.now(UTC)
+        opened.add_trace(
+            Trace(
+                run_id=run,
+                stage="research",
+                actor="local",
+                started_at=now,
+                ended_at=now,
+                outcome=Outcome.degraded,
+            )
+        )
+        metrics = RunMetrics(stages=[StageMetrics(stage="plan", wall_seconds=0.5)], wall_seconds=1.0)
+        opened.finish_run(run, RunStatus.complete, "# Report", None, metrics)
+        refresh_index(opened)
+
+    recipes = re.findall(
+        r'^citeflow sql "(.+)"$', SCHEMA_GUIDE.read_text(encoding="utf-8"), flags=re.MULTILINE
+    )
+    assert len(recipes) >= 10
+    for recipe in recipes:
+        columns, rows = read_only_query(path, recipe.replace("RUN_ID", run))
+        assert columns and rows, recipe
