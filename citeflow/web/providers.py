@@ -37,7 +37,7 @@ def _clean(text: str) -> str:
     return " ".join(html.unescape(_TAG.sub("", text)).split())[:SNIPPET_MAX_CHARS]
 
 
-def _http_client(settings: WebSettings) -> httpx.Client:
+def http_client(settings: WebSettings) -> httpx.Client:
     # trust_env=False: a proxy from the environment must not carry search traffic somewhere unseen.
     return httpx.Client(
         timeout=httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout),
@@ -300,7 +300,7 @@ def make_searcher(
     topic: str | None = None,
 ) -> FallbackSearch:
     """A fallback chain starting with `names`; `local` searches `store` and needs one."""
-    client = _http_client(settings)
+    client = http_client(settings)
     providers: list[Searcher] = []
     for name in provider_chain(settings, names, topic, local_available=store is not None):
         if name == "searxng" and settings.searxng_url:
