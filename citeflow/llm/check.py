@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from citeflow.errors import ModelError
 from citeflow.llm import prompts
 from citeflow.llm.budget import Budget, MemoryCallLog
-from citeflow.llm.client import EndpointPool, RoleClient, public_url
+from citeflow.llm.client import NO_KEY, EndpointPool, RoleClient, public_url
 from citeflow.llm.settings import ModelSettings, RoleConfig, RoleName
 
 CHECK_RUN_ID = "models-check"
@@ -71,12 +71,14 @@ def _check_one(
     try:
         client.structured(prompts.ping_messages(), prompts.PingReply)
     except ModelError as exc:
-        return base.model_copy(update={"latency_seconds": time.monotonic() - started, "detail": str(exc)})
+        return base.model_copy(
+            update={"latency_seconds": round(time.monotonic() - started, 3), "detail": str(exc)}
+        )
     return base.model_copy(
         update={
             "status": CheckStatus.ok,
             "reply_format": "json_schema" if pool.accepts_schema(config) else "plain json",
             "latency_seconds": round(time.monotonic() - started, 3),
-            "detail": f"key from ${config.api_key_env}" if config.api_key_env in pool.env else "no key set",
+            "detail": f"key from ${config.api_key_env}" if pool.key(config) != NO_KEY else "no key sent",
         }
     )

@@ -1,0 +1,201 @@
+"""The client layer against a scripted OpenAI-compatible server on 127.0.0.1, through the real client."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from openai_server import Reply, ScriptedServer, json_reply
+
+from citeflow.contracts import Outcome
+from citeflow.llm.budget import Budget, MemoryCallLog
+from citeflow.llm.client import EndpointPool, RoleClient
+from citeflow.llm.errors import BudgetExhausted, ModelRejected, ModelUnavailable
+from citeflow.llm.prompts import PlanReply
+from citeflow.llm.settings import Limits, RoleConfig, RoleName
+from storage.store import EvidenceStore
+
+PLAN = {"subquestions": [{"text": "Who founded Acme?", "query": "Acme founder"}]}
+ASK = [{"role": "user", "content": "Plan: who founded Acme?"}]
+FAST = Limits(backoff_seconds=0.01, backoff_max_seconds=0.05)
+KEY = "sk-test-secret-0123456789abcdef"
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as running:
+        yield running
+
+
+def make_client(
+    server: ScriptedServer,
+    log: MemoryCallLog | EvidenceStore | None = None,
+    token_limit: int = 200_000,
+    limits: Limits = FAST,
+    **config: object,
+) -> RoleClient:
+    log = log if log is not None else MemoryCallLog()
+    role_config = RoleConfig.model_validate({"model": "test-model", "base_url": server.url} | config)
+    pool = EndpointPool(limits, {"OPENAI_API_KEY": KEY})
+    return RoleClient(RoleName.planner, role_config, pool, Budget(log, "r1", token_limit), log, "r1")
+
+
+def test_json_schema_response_format_is_sent(server: ScriptedServer) -> None:
+    server.enqueue(json_reply(PLAN))
+    plan = make_client(server).structured(ASK, PlanReply)
+    assert plan.subquestions[0].query == "Acme founder"
+    sent = server.requests[0].body
+    assert sent["response_format"]["type"] == "json_schema"
+    assert sent["response_format"]["json_schema"]["name"] == "PlanReply"
+    assert sent["model"] == "test-model" and sent["max_tokens"] == 1024
+    assert server.requests[0].headers["authorization"] == f"Bearer {KEY}"
+
+
+def test_endpoint_rejecting_response_format_gets_plain_json(server: ScriptedServer) -> None:
+    server.enqueue(
+        Reply(status=400, error="'response_format.type' must be 'text' or 'json_object'"),
+        Reply(content=f"<think>ok</think>```json\n{json.dumps(PLAN)}\n```"),
+        json_reply(PLAN),
+    )
+    client = make_client(server)
+    assert client.structured(ASK, PlanReply).subquestions[0].text == "Who founded Acme?"
+    assert client.structured(ASK, PlanReply).subquestions[0].text == "Who founded Acme?"
+    formats = [r.body.get("response_format", {}).get("type") for r in server.requests]
+    assert formats == ["json_schema", None, None]  # the refusal is remembered for the endpoint
+
+
+def test_429_with_retry_after_is_honoured(server: ScriptedServer) -> None:
+    log = MemoryCallLog()
+    server.enqueue(Reply(status=429, error="slow down", headers={"Retry-After": "1"}), json_reply(PLAN))
+    make_client(server, log).structured(ASK, PlanReply)
+    first, second = server.requests
+    assert second.at - first.at >= 0.95  # the backoff alone would wait at most 0.05 s
+    assert [(c.attempt, c.outcome, c.detail) for c in log.calls] == [
+        (1, Outcome.failed, "json_schema; HTTP 429"),
+        (2, Outcome.ok, "json_schema"),
+    ]
+
+
+def test_500_storm_stops_at_the_attempt_bound(server: ScriptedServer) -> None:
+    log = MemoryCallLog()
+    server.default = Reply(status=500, error="overloaded")
+    with pytest.raises(ModelUnavailable, match="3 attempt\\(s\\) failed, the last with HTTP 500"):
+        make_client(server, log, max_attempts=3).structured(ASK, PlanReply)
+    assert len(server.requests) == 3
+    assert [c.attempt for c in log.calls] == [1, 2, 3]
+    assert {c.outcome for c in log.calls} == {Outcome.failed}
+
+
+def test_reply_slower_than_the_timeout(server: ScriptedServer) -> None:
+    server.enqueue(Reply(content="{}", delay=1.5), Reply(content="{}", delay=1.5))
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailable, match="no reply within 0.3 s"):
+        make_client(server, timeout_seconds=0.3, max_attempts=2).structured(ASK, PlanReply)
+    assert time.monotonic() - started < 1.5  # gave up on both without waiting for either reply
+    assert len(server.requests) == 2
+
+
+def test_slow_then_fast_reply_succeeds_on_retry(server: ScriptedServer) -> None:
+    server.enqueue(Reply(content="{}", delay=1.0), json_reply(PLAN))
+    plan = make_client(server, timeout_seconds=0.3, max_attempts=2).structured(ASK, PlanReply)
+    assert plan.subquestions[0].query == "Acme founder"
+
+
+def test_dropped_connection_is_retried(server: ScriptedServer) -> None:
+    log = MemoryCallLog()
+    server.enqueue(Reply(drop=True), json_reply(PLAN))
+    make_client(server, log).structured(ASK, PlanReply)
+    assert [(c.outcome, c.detail) for c in log.calls] == [
+        (Outcome.failed, "json_schema; connection failed or dropped"),
+        (Outcome.ok, "json_schema"),
+    ]
+
+
+def test_usage_is_summed_exactly_from_the_server_figures(server: ScriptedServer, tmp_path: Path) -> None:
+    store = EvidenceStore.open(tmp_path / "calls.duckdb")
+    try:
+        server.enqueue(
+            json_reply(PLAN, usage=(1234, 56)),
+            json_reply(PLAN, usage=(789, 10)),
+            json_reply(PLAN, usage=(5, 3001)),
+        )
+        client = make_client(server, store)
+        for _ in range(3):
+            client.structured(ASK, PlanReply)
+        assert store.run_tokens("r1") == (1234 + 789 + 5, 56 + 10 + 3001)
+    finally:
+        store.close()
+
+
+def test_missing_usage_is_estimated_and_marked(server: ScriptedServer) -> None:
+    log = MemoryCallLog()
+    server.enqueue(json_reply(PLAN, usage=None))
+    make_client(server, log).structured(ASK, PlanReply)
+    (call,) = log.calls
+    assert call.tokens_estimated
+    assert call.prompt_tokens > 0 and call.completion_tokens > 0
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_refusal_fails_fast_naming_role_endpoint_model_not_key(
+    server: ScriptedServer, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = MemoryCallLog()
+    server.default = Reply(status=status, error=f"Incorrect API key provided: {KEY}")
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(ModelRejected) as caught:
+        make_client(server, log, max_attempts=4).structured(ASK, PlanReply)
+    message = str(caught.value)
+    assert len(server.requests) == 1
+    assert caught.value.status == status
+    assert f"planner model test-model at {server.url}" in message and f"HTTP {status}" in message
+    assert KEY not in message
+    assert KEY not in caplog.text
+    assert all(KEY not in call.model_dump_json() for call in log.calls)
+
+
+def test_400_without_response_format_too_fails_fast(server: ScriptedServer) -> None:
+    server.default = Reply(status=400, error="context length exceeded")
+    with pytest.raises(ModelRejected, match="HTTP 400.*context length exceeded"):
+        make_client(server, max_attempts=4).structured(ASK, PlanReply)
+    assert [r.body.get("response_format", {}).get("type") for r in server.requests] == ["json_schema", None]
+
+
+def test_invalid_reply_is_retried_once_with_the_exact_error(server: ScriptedServer) -> None:
+    server.enqueue(json_reply({"subquestions": [{"text": "Who founded Acme?"}]}), json_reply(PLAN))
+    make_client(server).structured(ASK, PlanReply)
+    retry = server.requests[1].body["messages"]
+    assert retry[-2] == {"role": "assistant", "content": '{"subquestions": [{"text": "Who founded Acme?"}]}'}
+    assert "subquestions.0.query\n  Field required" in retry[-1]["content"]
+
+
+def test_concurrent_calls_per_endpoint_are_capped(server: ScriptedServer) -> None:
+    server.default = json_reply(PLAN, delay=0.3)
+    client = make_client(server, limits=Limits(max_concurrent_per_endpoint=2))
+    threads = [threading.Thread(target=client.structured, args=(ASK, PlanReply)) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(server.requests) == 5
+    assert server.max_in_flight == 2
+
+
+def test_call_past_the_budget_is_not_made(server: ScriptedServer) -> None:
+    log = MemoryCallLog()
+    server.default = json_reply(PLAN, usage=(60, 7))
+    client = make_client(server, log, token_limit=1100, max_output_tokens=1024)
+    # the prompt is estimated at 10 tokens: 10 + 1024 fits in 1100 once, not after 67 tokens are spent
+    client.structured(ASK, PlanReply)
+    with pytest.raises(BudgetExhausted, match="needs up to 1,034 tokens and 67 of the 1,100 token budget"):
+        client.structured(ASK, PlanReply)
+    assert len(server.requests) == 1
+    assert [(c.outcome, c.prompt_tokens, c.completion_tokens) for c in log.calls] == [
+        (Outcome.ok, 60, 7),
+        (Outcome.skipped, 0, 0),
+    ]
