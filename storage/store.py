@@ -8,6 +8,7 @@ the flow runs Prefect tasks in threads, and cursors of one connection may append
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 from collections.abc import Iterator
@@ -46,6 +47,10 @@ DUCKDB_MAGIC = b"DUCK"
 DUCKDB_MAGIC_OFFSET = 8
 
 PAGE_COLUMNS = "id, url, canonical_url, title, text, content_hash, origin, published, stored_at"
+PAGE_FIELDS = [name.strip() for name in PAGE_COLUMNS.split(",")]
+PAGE_BATCH_SHAPE = json.dumps(
+    [{name: ("TIMESTAMP" if name == "stored_at" else "VARCHAR") for name in PAGE_FIELDS}]
+)
 CLAIM_COLUMNS = (
     "id, run_id, subquestion_id, page_id, page_hash, text, quote, quote_start, quote_end, status, "
     "reason, source_id"
@@ -139,6 +144,19 @@ def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
             "the store is unchanged",
         ) from error
     return con
+
+
+def _json_batch(pages: list[Page]) -> str:
+    """Pages as one JSON array whose objects match PAGE_BATCH_SHAPE (stored_at naive UTC)."""
+    return json.dumps(
+        [
+            {
+                **page.model_dump(mode="json", exclude={"stored_at"}),
+                "stored_at": _to_column(page.stored_at).isoformat(),
+            }
+            for page in pages
+        ]
+    )
 
 
 def _page_from_row(row: tuple) -> Page:
@@ -278,45 +296,67 @@ class EvidenceStore:
         self._last_stored_at = now
         return now
 
-    def _put_page(
-        self, cur: duckdb.DuckDBPyConnection, page: PageInput, max_chars: int | None
-    ) -> tuple[Page, str]:
-        """Store one page with `cur`; returns the page and 'new', 'unchanged' or 'changed'."""
-        text = page.text if max_chars is None else page.text[:max_chars]
-        canonical = canonical_url(page.url)
-        text_hash = content_hash(text)
-        identifier = page_id(canonical, text_hash)
-        row = cur.execute(f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = ?", [identifier]).fetchone()
-        if row is not None:
-            # Same URL, same content: keep the first copy and its stored_at ("first fetched").
-            return _page_from_row(row), "unchanged"
-        seen = cur.execute("SELECT count(*) FROM pages WHERE canonical_url = ?", [canonical]).fetchone()
-        stored = Page(
-            id=identifier,
-            url=page.url,
-            canonical_url=canonical,
-            title=page.title,
-            text=text,
-            content_hash=text_hash,
-            origin=page.origin,
-            published=page.published,
-            stored_at=_as_utc(self._next_stored_at()),
-        )
-        cur.execute(
-            f"INSERT INTO pages ({PAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                stored.id,
-                stored.url,
-                stored.canonical_url,
-                stored.title,
-                stored.text,
-                stored.content_hash,
-                stored.origin.value,
-                stored.published,
-                _to_column(stored.stored_at),
-            ],
-        )
-        return stored, "changed" if seen and seen[0] > 0 else "new"
+    def _put_pages(
+        self, cur: duckdb.DuckDBPyConnection, pages: list[PageInput], max_chars: int | None
+    ) -> list[tuple[Page, str]]:
+        """Store pages with `cur`; each comes back with 'new', 'unchanged' or 'changed'.
+
+        Two look-ups and one insert for the whole batch, each given its values as one JSON string:
+        row-at-a-time statements, or Python lists (DuckDB converts them value by value), made
+        ingesting a thousand records take seconds.
+        """
+        prepared = []
+        for page in pages:
+            text = page.text if max_chars is None else page.text[:max_chars]
+            canonical = canonical_url(page.url)
+            text_hash = content_hash(text)
+            prepared.append((page, text, canonical, text_hash, page_id(canonical, text_hash)))
+        ids = [item[4] for item in prepared]
+        urls = [item[2] for item in prepared]
+        stored = {
+            row[0]: _page_from_row(row)
+            for row in cur.execute(
+                f"SELECT {PAGE_COLUMNS} FROM pages WHERE list_contains(from_json(?, '[\"VARCHAR\"]'), id)",
+                [json.dumps(ids)],
+            ).fetchall()
+        }
+        known_urls = {
+            row[0]
+            for row in cur.execute(
+                "SELECT DISTINCT canonical_url FROM pages "
+                "WHERE list_contains(from_json(?, '[\"VARCHAR\"]'), canonical_url)",
+                [json.dumps(urls)],
+            ).fetchall()
+        }
+        results: list[tuple[Page, str]] = []
+        inserted: list[Page] = []
+        for page, text, canonical, text_hash, identifier in prepared:
+            if identifier in stored:
+                # Same URL, same content: keep the first copy and its stored_at ("first stored").
+                results.append((stored[identifier], "unchanged"))
+                continue
+            new = Page(
+                id=identifier,
+                url=page.url,
+                canonical_url=canonical,
+                title=page.title,
+                text=text,
+                content_hash=text_hash,
+                origin=page.origin,
+                published=page.published,
+                stored_at=_as_utc(self._next_stored_at()),
+            )
+            results.append((new, "changed" if canonical in known_urls else "new"))
+            stored[identifier] = new
+            known_urls.add(canonical)
+            inserted.append(new)
+        if inserted:
+            cur.execute(
+                f"INSERT INTO pages ({PAGE_COLUMNS}) SELECT {', '.join('r.' + c for c in PAGE_FIELDS)} "
+                f"FROM (SELECT unnest(from_json(?, '{PAGE_BATCH_SHAPE}')) AS r)",
+                [_json_batch(inserted)],
+            )
+        return results
 
     def put_page(self, page: PageInput, max_chars: int | None = None) -> tuple[Page, bool]:
         """Store a page unless the same canonical URL and content is already stored.
@@ -325,15 +365,14 @@ class EvidenceStore:
         a new row with a new id; the old version stays, since claims cite it by hash.
         """
         with self._page_lock, self.transaction() as cur:
-            stored, outcome = self._put_page(cur, page, max_chars)
+            [(stored, outcome)] = self._put_pages(cur, [page], max_chars)
         return stored, outcome != "unchanged"
 
     def put_pages(self, pages: list[PageInput], max_chars: int | None = None) -> IngestCounts:
         """Store a batch in one transaction: if any page fails, none is stored."""
         counts = IngestCounts()
         with self._page_lock, self.transaction() as cur:
-            for page in pages:
-                _, outcome = self._put_page(cur, page, max_chars)
+            for _, outcome in self._put_pages(cur, pages, max_chars):
                 setattr(counts, outcome, getattr(counts, outcome) + 1)
         return counts
 

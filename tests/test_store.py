@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -114,22 +115,36 @@ def test_put_pages_counts_new_unchanged_changed(store: EvidenceStore) -> None:
 
 
 def test_put_pages_is_all_or_nothing(store: EvidenceStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = EvidenceStore._put_page
-    calls: list[str] = []
+    real = EvidenceStore._put_pages
+    inserted: list[int] = []
 
-    def fail_on_third(
-        self: EvidenceStore, cur: duckdb.DuckDBPyConnection, item: PageInput, max_chars: int | None
-    ):
-        calls.append(item.url)
-        if len(calls) == 3:
-            raise duckdb.ConstraintException("simulated failure mid-batch")
-        return real(self, cur, item, max_chars)
+    def insert_then_fail(
+        self: EvidenceStore, cur: duckdb.DuckDBPyConnection, pages: list[PageInput], max_chars: int | None
+    ) -> list:
+        real(self, cur, pages, max_chars)
+        inserted.append(cur.execute("SELECT count(*) FROM pages").fetchone()[0])  # type: ignore[index]
+        raise duckdb.IOException("simulated failure after the rows were written")
 
-    monkeypatch.setattr(EvidenceStore, "_put_page", fail_on_third)
-    batch = [page(f"https://example.org/{n}", f"text {n}") for n in range(5)]
+    monkeypatch.setattr(EvidenceStore, "_put_pages", insert_then_fail)
+    with pytest.raises(duckdb.IOException):
+        store.put_pages([page(f"https://example.org/{n}", f"text {n}") for n in range(5)])
+    assert inserted == [5]  # the rows really were in the transaction before it failed
+    assert count(store, "pages") == 0
+
+
+def test_a_row_the_database_refuses_stores_none_of_the_batch(
+    store: EvidenceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = store_module._json_batch
+
+    def last_without_origin(pages: list) -> str:
+        rows = json.loads(real(pages))
+        rows[-1]["origin"] = None  # violates NOT NULL on the last row of the batch
+        return json.dumps(rows)
+
+    monkeypatch.setattr(store_module, "_json_batch", last_without_origin)
     with pytest.raises(duckdb.ConstraintException):
-        store.put_pages(batch)
-    assert len(calls) == 3  # two pages really were inserted before the failure
+        store.put_pages([page(f"https://example.org/{n}", f"text {n}") for n in range(5)])
     assert count(store, "pages") == 0
 
 
