@@ -58,6 +58,8 @@ def refresh_index(store: EvidenceStore, force: bool = False) -> bool:
 
     An empty store gets no index: fts cannot index nothing, and a search of nothing is [].
     """
+    if store.read_only:
+        return False  # a read-only store searches the index as it was last built
     with store.index_lock:
         if not force and not index_is_stale(store):
             return False

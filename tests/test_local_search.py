@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,3 +136,52 @@ def test_snippet_is_a_window_around_the_first_match() -> None:
     assert "Causeway" in cut and cut.startswith("…") and cut.endswith("…")
     assert len(cut) <= SNIPPET_CHARS + 2
     assert snippet("Short text.", "absent") == "Short text."
+
+
+def test_a_read_only_store_searches_the_index_it_has(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    with EvidenceStore.open(path) as writable:
+        stored, _ = writable.put_page(
+            PageInput(
+                url="https://example.org/p", title="Pumice", text="Pumice floats.", origin=Origin.fetched
+            )
+        )
+        LocalSearch(writable).search("pumice", 1)  # builds the index
+        writable.put_page(
+            PageInput(
+                url="https://example.org/q", title="Pumice", text="Pumice sinks.", origin=Origin.fetched
+            )
+        )
+    with EvidenceStore.open(path, read_only=True) as readable:
+        assert index_is_stale(readable)
+        assert [r.page_id for r in LocalSearch(readable).search("pumice", 5)] == [stored.id]
+
+
+def test_threads_store_pages_and_search_at_the_same_time(tmp_path: Path) -> None:
+    path = tmp_path / "shared.duckdb"
+    failures: list[BaseException] = []
+    with EvidenceStore.open(path) as shared:
+        search = LocalSearch(shared)
+
+        def work(worker: int) -> None:
+            try:
+                for n in range(10):
+                    shared.put_page(
+                        PageInput(
+                            url=f"https://example.org/{worker}/{n}",
+                            title=f"Lava {worker} {n}",
+                            text=f"Lava flow number {n} from worker {worker}.",
+                            origin=Origin.fetched,
+                        )
+                    )
+                    search.search("lava flow", 5)
+            except BaseException as error:  # collected and re-raised in the main thread below
+                failures.append(error)
+
+        workers = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=60)
+        assert not failures, failures
+        assert len(search.search("lava flow", 100)) == 60

@@ -195,6 +195,8 @@ def test_a_store_held_by_another_process_is_refused(tmp_path: Path) -> None:
         with pytest.raises(StoreError, match="in use by another citeflow process") as raised:
             EvidenceStore.open(path)
         assert "unchanged" in str(raised.value)
+        with pytest.raises(StoreError, match="in use by another citeflow process"):
+            read_only_query(path, "SELECT count(*) FROM pages")
     finally:
         holder.communicate("done\n", timeout=30)
     EvidenceStore.open(path).close()  # usable again once the other process lets go
