@@ -12,14 +12,25 @@ import re
 from dataclasses import dataclass
 
 from citeflow.checks import mechanical_critique
-from citeflow.contracts import ClaimDraft, Critique, Draft, DraftSentence, Page, SubQuestion, SynthesisInput
+from citeflow.contracts import (
+    ClaimDraft,
+    ClaimStatus,
+    Critique,
+    Draft,
+    DraftSentence,
+    Page,
+    SubQuestion,
+    SynthesisInput,
+)
 from citeflow.roles import Engine
-from citeflow.text import STOPWORDS, content_words, normalise, split_sentences
+from citeflow.text import STOPWORDS, content_stems, content_words, normalise, split_sentences
 
 # Sub-question queries whose content words overlap this much (Jaccard) repeat each other.
 QUERY_OVERLAP_DUPLICATE = 0.9
 # Report sentences sharing at least this share of content words (of the shorter) repeat each other.
 SENTENCE_OVERLAP_DUPLICATE = 0.8
+# The question's words beyond its names make a sub-question of their own from this many on.
+REMAINDER_MIN_WORDS = 2
 # Quotes shorter than this prove nothing (the verifier's default minimum).
 FRAGMENT_MIN_CHARS = 20
 # A page's first sentence usually defines its subject: a small bonus, as a share of the best score.
@@ -257,8 +268,34 @@ def question_entities(question: str) -> list[str]:
     return list(dict.fromkeys(ordered))
 
 
+def _query_for(name: str, extra: str, topic: list[str], others: set[str]) -> str:
+    """The name, then the question's other content words minus those of the other names.
+
+    Leaving the other names out makes each query pull towards its own entity's page.
+    """
+    own = set(content_words(name))
+    rest = [word for word in dict.fromkeys(content_words(extra) + topic) if word not in own | others]
+    return " ".join([name, *rest])
+
+
+def _distinct(candidates: list[tuple[str, str]], limit: int) -> list[tuple[str, str]]:
+    """The first `limit` (text, query) candidates whose queries do not repeat an earlier one."""
+    chosen: list[tuple[str, str]] = []
+    for text, query in candidates:
+        words = content_words(query)
+        if not words or any(
+            _jaccard(words, content_words(kept)) >= QUERY_OVERLAP_DUPLICATE for _, kept in chosen
+        ):
+            continue
+        chosen.append((text, query))
+        if len(chosen) == limit:
+            break
+    return chosen
+
+
 class ExtractivePlanner:
-    """Sub-questions by rules: the question itself, one per side of a comparison, one per entity."""
+    """Sub-questions by rules: the question itself, one per side of a comparison, one per entity, and
+    one for what the question asks beyond its names (often the page that links two entities)."""
 
     def plan(self, question: str, max_subquestions: int) -> list[SubQuestion]:
         question = normalise(question)
@@ -273,56 +310,58 @@ class ExtractivePlanner:
         mentioned = [side.name for side in sides] + entities
         topic = content_words(question)
 
-        def query_for(name: str, extra: str) -> str:
-            # The other entities' words are left out, so each query pulls towards its own entity.
-            others = {word for other in mentioned if other != name for word in content_words(other)}
-            own = set(content_words(name))
-            words = [word for word in dict.fromkeys(content_words(extra) + topic) if word not in own | others]
-            return " ".join([name, *words])
+        def others(name: str) -> set[str]:
+            return {word for other in mentioned if other != name for word in content_words(other)}
 
         candidates = [(question, question)]
-        candidates += [(side.text, query_for(side.name, side.extra)) for side in sides]
         candidates += [
-            (f"What does the evidence say about {name}?", query_for(name, "")) for name in entities
+            (side.text, _query_for(side.name, side.extra, topic, others(side.name))) for side in sides
         ]
-        chosen: list[tuple[str, str]] = []
-        for text, query in candidates:
-            words = content_words(query)
-            if not words or any(
-                _jaccard(words, content_words(kept)) >= QUERY_OVERLAP_DUPLICATE for _, kept in chosen
-            ):
-                continue
-            chosen.append((text, query))
-            if len(chosen) == max_subquestions:
-                break
+        candidates += [
+            (f"What does the evidence say about {name}?", _query_for(name, "", topic, others(name)))
+            for name in entities
+        ]
+        named = {word for name in mentioned for word in content_words(name)}
+        remainder = [word for word in dict.fromkeys(topic) if word not in named]
+        if mentioned and len(remainder) >= REMAINDER_MIN_WORDS:
+            terms = " ".join(remainder)
+            candidates.append(
+                (f"What does the evidence say about the other terms of the question ({terms})?", terms)
+            )
         return [
             SubQuestion(id=f"q{position + 1}", position=position, text=text, query=query)
-            for position, (text, query) in enumerate(chosen)
+            for position, (text, query) in enumerate(_distinct(candidates, max_subquestions))
         ]
 
 
 class ExtractiveExtractor:
-    """The page's own sentences that best match the sub-question, each quoted verbatim."""
+    """The page's own sentences that best match the sub-question, each quoted verbatim.
+
+    Sentences are ranked by the stems they share with the sub-question's query, each weighted by its
+    rarity within the page; the first sentence, which usually defines the page's subject, gets a
+    small bonus; ties go to the earlier sentence. A page sharing no stem with the query gives
+    nothing. Otherwise the top `limit` are taken even when some share nothing: search judged the
+    page relevant, and a short page's every sentence is usually about its subject.
+    """
 
     def extract(self, subquestion: SubQuestion, page: Page, limit: int) -> list[ClaimDraft]:
-        sentences = [span.text for span in split_sentences(page.text)]
-        bags = [set(content_words(sentence)) for sentence in sentences]
-        query = set(content_words(subquestion.query))
-        # Rarity within the page: a query word found in every sentence tells them apart least.
-        frequency = {word: sum(word in bag for bag in bags) for word in query}
-        weight = {word: math.log(1 + len(bags) / count) for word, count in frequency.items() if count}
-        scores = [sum(weight.get(word, 0.0) for word in bag & query) for bag in bags]
-        if scores:
-            scores[0] += FIRST_SENTENCE_BONUS * max(max(scores), 1.0)
+        sentences = [
+            span.text
+            for span in split_sentences(page.text)
+            if len(normalise(span.text)) >= FRAGMENT_MIN_CHARS
+        ]
+        bags = [set(content_stems(sentence)) for sentence in sentences]
+        query = set(content_stems(subquestion.query))
+        frequency = {stem: sum(stem in bag for bag in bags) for stem in query}
+        weight = {stem: math.log(1 + len(bags) / count) for stem, count in frequency.items() if count}
+        scores = [sum(weight.get(stem, 0.0) for stem in bag & query) for bag in bags]
+        if not scores or max(scores) <= 0:
+            return []
+        scores[0] += FIRST_SENTENCE_BONUS * max(scores)
         ranked = sorted(range(len(sentences)), key=lambda index: (-scores[index], index))
-        drafts = []
-        for index in ranked:
-            if len(drafts) == limit:
-                break
-            if scores[index] <= 0 or len(normalise(sentences[index])) < FRAGMENT_MIN_CHARS:
-                continue
-            drafts.append(ClaimDraft(text=sentences[index], quote=sentences[index]))
-        return drafts
+        return [
+            ClaimDraft(text=sentences[index], quote=sentences[index]) for index in ranked[: max(limit, 0)]
+        ]
 
 
 class ExtractiveSynthesiser:
@@ -339,7 +378,11 @@ class ExtractiveSynthesiser:
         sentences = []
         for subquestion in request.subquestions:
             for claim in request.claims:
-                if claim.subquestion_id != subquestion.id or not claim.source_id:
+                if (
+                    claim.subquestion_id != subquestion.id
+                    or claim.status is not ClaimStatus.verified
+                    or not claim.source_id
+                ):
                     continue
                 words = content_words(claim.text)
                 if not words or any(_overlap(words, seen) >= SENTENCE_OVERLAP_DUPLICATE for seen in written):

@@ -81,7 +81,8 @@ def normalise_with_map(text: str) -> NormalisedText:
     starts: list[int] = []
     ends: list[int] = []
     for start, end in _clusters(text):
-        piece = unicodedata.normalize("NFKC", text[start:end]).translate(_TYPOGRAPHY)
+        # Typography first ("″" would become two "′" under NFKC), and again for what NFKC produces.
+        piece = unicodedata.normalize("NFKC", text[start:end].translate(_TYPOGRAPHY)).translate(_TYPOGRAPHY)
         for char in piece:
             if char in _INVISIBLE:
                 continue
@@ -193,6 +194,30 @@ def words(text: str) -> list[str]:
 def content_words(text: str) -> list[str]:
     """Word tokens minus stopwords: the words that carry what a sentence says."""
     return [word for word in words(text) if word not in STOPWORDS]
+
+
+_SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ed", "ers", "er", "es", "s", "ly")
+_STEM_CHARS = 5
+
+
+def stem(word: str) -> str:
+    """A crude stem for matching only: suffix stripped, then the first five letters.
+
+    "featuring"/"features" -> "featu", "starred"/"star" -> "star", and even the misspelt
+    "sponsered" meets "sponsored". Never shown to anyone; used to rank sentences against a query.
+    """
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz" and not word[-1].isdigit():
+        word = word[:-1]  # "starr" (from "starred") -> "star"
+    return word[:_STEM_CHARS]
+
+
+def content_stems(text: str) -> list[str]:
+    """`content_words`, stemmed."""
+    return [stem(word) for word in content_words(text)]
 
 
 def numbers(text: str) -> list[str]:

@@ -1,0 +1,140 @@
+"""Normalisation, the offset map back to the original, sentence splitting and word tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from citeflow.text import (
+    content_words,
+    names,
+    normalise,
+    normalise_with_map,
+    numbers,
+    split_sentences,
+    stem,
+    words,
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("“Heat” and ‘Ran’", "\"Heat\" and 'Ran'"),
+        ("„low“ «guillemets» 5′ 6″", '"low" "guillemets" 5\' 6"'),
+        ("1914–1918 — a war ‐ ‑ ‒ ― −", "1914-1918 - a war - - - - -"),
+        ("non\u00a0breaking\u2009thin\u3000ideographic", "non breaking thin ideographic"),
+        ("  runs \t of\n\n white   space  ", "runs of white space"),
+        ("ﬁne ﬂour, Ｆｕｌｌ width, ½", "fine flour, Full width, 1⁄2"),
+        ("Cafe\u0301 = Café", "Café = Café"),
+        ("zero\u200bwidth co\u00adoperate", "zerowidth cooperate"),
+        ("", ""),
+    ],
+)
+def test_normalise(raw: str, expected: str) -> None:
+    assert normalise(raw) == expected
+
+
+def test_offset_map_points_every_normalised_span_back_at_its_original() -> None:
+    original = "  The “Blue  Lacy” — official\u00a0breed of Texas ﬁrst, in 1920s…\n"
+    mapped = normalise_with_map(original)
+    assert mapped.text == normalise(original)
+    for start in range(len(mapped.text)):
+        for end in range(start + 1, len(mapped.text) + 1):
+            piece = mapped.text[start:end]
+            if piece != piece.strip():
+                continue  # a quote is stripped, so spans never start or end on white space
+            first, last = mapped.original_span(start, end)
+            assert piece in normalise(original[first:last])
+
+
+def test_offset_map_of_a_quoted_phrase() -> None:
+    original = "He said \u201cthe  film\u201d\u00a0was shot in 1986."
+    mapped = normalise_with_map(original)
+    at = mapped.text.index('"the film"')
+    first, last = mapped.original_span(at, at + len('"the film"'))
+    assert original[first:last] == "\u201cthe  film\u201d"
+
+
+def test_original_span_rejects_a_span_outside_the_text() -> None:
+    with pytest.raises(ValueError, match="not inside"):
+        normalise_with_map("abc").original_span(2, 5)
+
+
+def _texts(text: str) -> list[str]:
+    return [span.text for span in split_sentences(text)]
+
+
+def test_split_sentences_keeps_abbreviations_initials_and_decimals() -> None:
+    text = (
+        "Dr. Smith met Mr. Jones at St. Paul's in the U.S. Army base. "
+        "J. R. R. Tolkien wrote it, e.g. in 1937. It cost 3.5 million dollars! Was it worth it? Yes."
+    )
+    assert _texts(text) == [
+        "Dr. Smith met Mr. Jones at St. Paul's in the U.S. Army base.",
+        "J. R. R. Tolkien wrote it, e.g. in 1937.",
+        "It cost 3.5 million dollars!",
+        "Was it worth it?",
+        "Yes.",
+    ]
+
+
+def test_split_sentences_keeps_closing_quotes_and_brackets_with_their_sentence() -> None:
+    text = 'She said "It is over." Then she left. (He stayed.) "Why?" he asked.'
+    assert _texts(text) == ['She said "It is over."', "Then she left.", "(He stayed.)", '"Why?" he asked.']
+
+
+def test_split_sentences_breaks_at_headings_but_not_wrapped_lines() -> None:
+    text = "Early life\nNolan was born in London. He grew up\nin Chicago.\n\nCareer\nHe directed films."
+    assert _texts(text) == [
+        "Early life",
+        "Nolan was born in London.",
+        "He grew up\nin Chicago.",
+        "Career",
+        "He directed films.",
+    ]
+
+
+def test_split_sentences_offsets_are_verbatim_substrings() -> None:
+    text = "  First one.  Second  one (really).\n\nThird “quoted” one. "
+    spans = split_sentences(text)
+    assert len(spans) == 3
+    for span in spans:
+        assert text[span.start : span.end] == span.text
+        assert span.text == span.text.strip()
+
+
+def test_split_sentences_of_nothing() -> None:
+    assert split_sentences("   \n ") == []
+
+
+def test_words_and_content_words() -> None:
+    assert words("The “Blue Lacy” is Texas’ dog.") == ["the", "blue", "lacy", "is", "texas", "dog"]
+    assert content_words("The Blue Lacy is the official dog of Texas.") == [
+        "blue",
+        "lacy",
+        "official",
+        "dog",
+        "texas",
+    ]
+
+
+def test_numbers_and_names() -> None:
+    assert numbers("In 1,000 BC and 3.5 km, 2,141 people and 1990s") == ["1000", "3.5", "2141", "1990"]
+    assert names("The film by Christopher Nolan, an English-American director, won at the BBC.") == [
+        "Christopher",
+        "Nolan",
+        "English-American",
+        "BBC",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("featuring", "features"), ("starred", "star"), ("sponsered", "sponsored"), ("hosted", "host")],
+)
+def test_stem_joins_word_forms(first: str, second: str) -> None:
+    assert stem(first) == stem(second)
+
+
+def test_stem_keeps_different_words_apart() -> None:
+    assert stem("film") != stem("director")
