@@ -21,6 +21,7 @@ PLAN = '{"subquestions": [{"text": "Who founded Acme?", "query": "Acme founder"}
         f"<think>reasoning</think>\n```json\n{PLAN}\n```\nHope this helps!",
         f"reasoning whose opening tag the server stripped</think>{PLAN}",
         f"Here is the plan:\n{PLAN}\nDone.",
+        f"The plan {{as asked}}:\n{PLAN}\nwith {{braces}} after.",
     ],
 )
 def test_wrapped_json_is_found(reply: str) -> None:

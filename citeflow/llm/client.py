@@ -147,6 +147,11 @@ class RoleClient:
         self.run_id = run_id
         self.endpoint = public_url(config.base_url)
         self.subject = f"{role.value} model {config.model} at {self.endpoint}"
+        self._backoff = wait_exponential_jitter(
+            initial=pool.limits.backoff_seconds,
+            max=pool.limits.backoff_max_seconds,
+            jitter=pool.limits.backoff_seconds,
+        )
 
     def structured(
         self, messages: list[Message], reply_type: type[T], check: Callable[[T], None] | None = None
@@ -254,8 +259,8 @@ class RoleClient:
                         )
                     except (APIStatusError, APIConnectionError) as exc:
                         record(Outcome.failed, _describe(exc, config.timeout_seconds))
-                        if _is_transient(exc) or not isinstance(exc, APIStatusError):
-                            raise
+                        if not isinstance(exc, APIStatusError) or _is_transient(exc):
+                            raise  # tenacity retries it
                         raise ModelRejected(
                             self.subject,
                             f"HTTP {exc.status_code}: {self._redacted(exc.message)}",
@@ -282,16 +287,13 @@ class RoleClient:
         return message if len(message) <= 300 else message[:300] + "..."
 
     def _wait(self, state: RetryCallState) -> float:
-        limits = self.pool.limits
+        """Retry-After when the server sent one (capped), else exponential backoff with jitter."""
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, APIStatusError):
             after = retry_after_seconds(exc.response.headers)
             if after is not None:
-                return min(after, limits.retry_after_max_seconds)
-        backoff = wait_exponential_jitter(
-            initial=limits.backoff_seconds, max=limits.backoff_max_seconds, jitter=limits.backoff_seconds
-        )
-        return float(backoff(state))
+                return min(after, self.pool.limits.retry_after_max_seconds)
+        return float(self._backoff(state))
 
     def _log_retry(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None

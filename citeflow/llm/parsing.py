@@ -25,25 +25,36 @@ class ReplyInvalid(ValueError):
 
 
 def json_text(reply: str) -> str:
-    """The JSON object inside a reply: think blocks dropped, fences opened, surrounding prose cut."""
+    """The reply without <think> blocks and, when it has one, only the inside of its first code fence."""
     text = _THINK.sub("", reply)
     # Some servers strip the opening tag but keep the closing one: everything before it is reasoning.
     if "</think>" in text.lower():
         text = text[text.lower().rindex("</think>") + len("</think>") :]
     fenced = _FENCE.search(text)
-    if fenced:
-        text = fenced.group(1)
-    start, end = text.find("{"), text.rfind("}")
-    if start == -1 or end < start:
-        return text.strip()
-    return text[start : end + 1]
+    return (fenced.group(1) if fenced else text).strip()
+
+
+def _decode(text: str) -> Any:
+    """The whole text as JSON, else the first JSON object inside it (a reply with prose around it)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as whole:
+        decoder = json.JSONDecoder()
+        for brace in re.finditer(r"\{", text):
+            try:
+                value, _ = decoder.raw_decode(text, brace.start())
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                return value
+        raise whole
 
 
 def parse_reply(reply: str, reply_type: type[T], check: Callable[[T], None] | None = None) -> T:
     """Validate a reply against `reply_type`, then `check` (which raises ValueError for semantic faults)."""
     text = json_text(reply)
     try:
-        data = json.loads(text)
+        data = _decode(text)
     except json.JSONDecodeError as exc:
         shown = text if len(text) <= 200 else text[:200] + "..."
         raise ReplyInvalid(

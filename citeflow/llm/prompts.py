@@ -100,7 +100,8 @@ def verifier_messages(subquestion: SubQuestion, page: Page, limit: int, max_char
     text = page.text[:max_chars]
     cut = f" (the first {max_chars:,} of {len(page.text):,} characters)" if len(page.text) > max_chars else ""
     user = (
-        f"Sub-question: {subquestion.text}\n\nPage title: {page.title}\nPage URL: {page.url}\n"
+        f"Sub-question: {subquestion.text}\n\nPage URL: {page.url}\n"
+        f"Page title:\n{untrusted('page title', page.title)}\n"
         f"Page text{cut}:\n{untrusted('page text', text)}"
     )
     return [_system(task, ClaimsReply), {"role": "user", "content": user}]

@@ -54,7 +54,9 @@ class RoleConfig(BaseModel):
     )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_output_tokens: int = Field(default=1024, ge=16, le=65_536)
-    timeout_seconds: float = Field(default=60.0, gt=0, description="Per request, connect to last byte.")
+    timeout_seconds: float = Field(
+        default=60.0, gt=0, description="Seconds allowed to connect, and for each read of the reply."
+    )
     max_attempts: int = Field(default=4, ge=1, le=10, description="Attempts per call, counting the first.")
 
 
