@@ -83,31 +83,26 @@ def verify_drafts(
     claims: list[Claim] = []
     verified_quotes: dict[str, str] = {}  # normalised, case-folded quote -> id of the claim that has it
     for number, draft in enumerate(drafts, start=1):
-        claim_id = f"{claim_prefix}.{number}"
+        claim = Claim(
+            id=f"{claim_prefix}.{number}",
+            run_id=run_id,
+            subquestion_id=subquestion_id,
+            page_id=page.id,
+            page_hash=page.content_hash,
+            text=draft.text.strip(),
+            quote=draft.quote,
+            status=ClaimStatus.rejected,
+        )
         reason, span = _rejection(draft, normalised_page, min_quote_chars, require_details)
         key = normalise(draft.quote).casefold()
         if not reason and key in verified_quotes:
             reason = f"duplicate of {verified_quotes[key]}"
-        common = {
-            "id": claim_id,
-            "run_id": run_id,
-            "subquestion_id": subquestion_id,
-            "page_id": page.id,
-            "page_hash": page.content_hash,
-            "text": draft.text.strip(),
-        }
         if reason or span is None:
-            claims.append(Claim(**common, quote=draft.quote, status=ClaimStatus.rejected, reason=reason))
+            claims.append(claim.model_copy(update={"reason": reason}))
             continue
-        verified_quotes[key] = claim_id
+        verified_quotes[key] = claim.id
         start, end = span
-        claims.append(
-            Claim(
-                **common,
-                quote=page.text[start:end],  # the page's own spelling, so it is verbatim by construction
-                quote_start=start,
-                quote_end=end,
-                status=ClaimStatus.verified,
-            )
-        )
+        # The stored quote is the page's own spelling, so it is verbatim by construction.
+        update = {"quote": page.text[start:end], "quote_start": start, "quote_end": end}
+        claims.append(claim.model_copy(update={**update, "status": ClaimStatus.verified}))
     return claims

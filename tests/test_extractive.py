@@ -1,0 +1,288 @@
+"""The extractive engine: planner on the real evaluation questions, extractor, synthesiser, critic."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from citeflow.checks import mechanical_critique
+from citeflow.contracts import (
+    Claim,
+    ClaimStatus,
+    Critique,
+    Origin,
+    Page,
+    SentenceCheck,
+    SentenceProblem,
+    Source,
+    SubQuestion,
+    SynthesisInput,
+)
+from citeflow.extractive import ExtractiveExtractor, ExtractivePlanner, extractive_engine, name_spans
+from citeflow.text import content_words, normalise
+from citeflow.verify import verify_drafts
+
+PLANNER = ExtractivePlanner()
+
+
+@pytest.fixture(scope="module")
+def eval_questions(eval_dir: Path) -> list[str]:
+    """Only the question text: a run must not see answers or gold evidence."""
+    with (eval_dir / "hotpotqa-100.questions.jsonl").open(encoding="utf-8") as lines:
+        return [json.loads(line)["question"] for line in lines if line.strip()]
+
+
+def _queries_key(query: str) -> frozenset[str]:
+    return frozenset(content_words(query))
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 5])
+def test_plans_for_every_eval_question_are_well_formed(eval_questions: list[str], limit: int) -> None:
+    assert len(eval_questions) == 100
+    sizes = []
+    for question in eval_questions:
+        plan = PLANNER.plan(question, limit)
+        sizes.append(len(plan))
+        assert 1 <= len(plan) <= limit
+        assert plan[0].text == plan[0].query == normalise(question)
+        assert [sub.id for sub in plan] == [f"q{n}" for n in range(1, len(plan) + 1)]
+        assert [sub.position for sub in plan] == list(range(len(plan)))
+        keys = [_queries_key(sub.query) for sub in plan]
+        assert len(set(keys)) == len(keys), f"repeated query in the plan of {question!r}"
+        assert len({" ".join(sub.text.casefold().split()) for sub in plan}) == len(plan)
+    if limit >= 3:
+        # Most eval questions name two things; the planner must find them, not stop at the question.
+        assert sum(size >= 3 for size in sizes) >= 60
+
+
+@pytest.mark.parametrize(
+    ("question", "sides"),
+    [
+        (
+            "Are Christopher Nolan and Sathish Kalathil both film directors?",
+            ["Christopher Nolan", "Sathish Kalathil"],
+        ),
+        ("Who is the oldest, Sid Haig or Vic Darchinyan?", ["Sid Haig", "Vic Darchinyan"]),
+        (
+            "Which magazine was published first, Guitar World or Science News?",
+            ["Guitar World", "Science News"],
+        ),
+        ("Which band was formed first The Exies or Circus Diablo ?", ["Exies", "Circus Diablo"]),
+        (
+            "Are both magazines, the Woman's Viewpoint and Pick Me Up, British publications?",
+            ["Woman's", "Pick Me Up"],
+        ),
+        (
+            "Between Iain Banks and Irwin Shaw, which writer has had a more diverse career?",
+            ["Iain Banks", "Irwin Shaw"],
+        ),
+        ("Are Nantong and Jingdezhen situated in the same province ?", ["Nantong", "Jingdezhen"]),
+    ],
+)
+def test_comparisons_are_split_one_sub_question_per_side(question: str, sides: list[str]) -> None:
+    plan = PLANNER.plan(question, 5)
+    first, second = plan[1], plan[2]
+    assert sides[0] in first.text and sides[0] in first.query
+    assert sides[1] in second.text and sides[1] in second.query
+    # Each side's query leaves the other side out, so it searches for its own page.
+    assert sides[1] not in first.query and sides[0] not in second.query
+
+
+def test_side_texts_read_as_questions() -> None:
+    plan = PLANNER.plan("Are Christopher Nolan and Sathish Kalathil both film directors?", 5)
+    assert [sub.text for sub in plan[1:3]] == [
+        "Is Christopher Nolan a film director?",
+        "Is Sathish Kalathil a film director?",
+    ]
+    assert (
+        PLANNER.plan("Who is the oldest, Sid Haig or Vic Darchinyan?", 5)[1].text == "When was Sid Haig born?"
+    )
+
+
+def test_entities_get_their_own_query_and_conjunctions_are_split() -> None:
+    plan = PLANNER.plan(
+        "What role did Ed Roland and Adam Duritz perform in their bands, Collective Soul and Counting Crows?",
+        5,
+    )
+    assert len(plan) == 5
+    assert [sub.query.split(" role")[0] for sub in plan[1:]] == [
+        "Ed Roland",
+        "Adam Duritz",
+        "Collective Soul",
+        "Counting Crows",
+    ]
+    assert plan[1].text == "What does the evidence say about Ed Roland?"
+
+
+def test_quoted_titles_and_years_are_entities() -> None:
+    plan = PLANNER.plan(
+        'Who was Audrey Williams pregnant with during the recording of "Dear Brother" in 1950?', 5
+    )
+    assert [sub.query.split()[0] for sub in plan[1:4]] == ["Audrey", "Dear", "1950"]
+
+
+def test_no_padding_when_the_question_names_one_thing() -> None:
+    plan = PLANNER.plan(
+        "What language were books being translated into during the era of Haymo of Faversham?", 5
+    )
+    # No "What about Haymo of Faversham?": its query would repeat the question's. What is left once
+    # the name is taken out is a search of its own (the page that links to the named one).
+    assert [sub.query for sub in plan[1:]] == ["language books translated era"]
+    assert PLANNER.plan("What is it?", 5) == PLANNER.plan("What is it?", 1)
+
+
+def test_name_spans() -> None:
+    assert name_spans(
+        "The Curse of the Jade Scorpion starred E. B. White and Géza von Cziffra, not Indian actors."
+    ) == [
+        "Curse of the Jade Scorpion",
+        "E. B. White",
+        "Géza von Cziffra",
+    ]
+
+
+def make_page(text: str, page_id: str = "p1") -> Page:
+    return Page(
+        id=page_id,
+        url=f"https://example.org/{page_id}",
+        canonical_url=f"https://example.org/{page_id}",
+        title=page_id,
+        text=text,
+        content_hash=hashlib.sha256(text.encode()).hexdigest(),
+        origin=Origin.ingested,
+        stored_at=datetime(2024, 1, 1, tzinfo=UTC),
+    )
+
+
+HELEN_HUNT = make_page(
+    "Helen Elizabeth Hunt (born June 15, 1963) is an American actress, director, and screenwriter. "
+    "Ok. "
+    "Hunt had a number of early roles in film and on television. "
+    'She starred in the sitcom "Mad About You" for seven years. '
+    "She later directed a film of her own."
+)
+
+
+def test_extractor_picks_the_gold_like_sentence_first() -> None:
+    subquestion = SubQuestion(
+        id="q2", position=1, text="?", query="actress who starred in what for seven years"
+    )
+    drafts = ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 2)
+    assert [draft.text for draft in drafts] == [
+        'She starred in the sitcom "Mad About You" for seven years.',
+        "Helen Elizabeth Hunt (born June 15, 1963) is an American actress, director, and screenwriter.",
+    ]
+    assert all(draft.quote == draft.text and draft.quote in HELEN_HUNT.text for draft in drafts)
+
+
+def test_extractor_respects_the_limit_skips_fragments_and_quotes_verbatim() -> None:
+    subquestion = SubQuestion(id="q1", position=0, text="?", query="Helen Hunt film roles")
+    drafts = ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 10)
+    assert len(drafts) == 4
+    assert "Ok." not in [draft.text for draft in drafts]
+    claims = verify_drafts(drafts, HELEN_HUNT, "q1", "run", "C1", 20)
+    assert all(claim.status is ClaimStatus.verified for claim in claims)
+    [best] = ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 1)
+    assert best.text == "Hunt had a number of early roles in film and on television."
+
+
+def test_extractor_gives_nothing_for_an_unrelated_page() -> None:
+    subquestion = SubQuestion(id="q1", position=0, text="?", query="tornado outbreak Alabama 1932")
+    assert ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 3) == []
+    assert ExtractiveExtractor().extract(subquestion, make_page(""), 3) == []
+
+
+SUBQUESTIONS = [
+    SubQuestion(id="q1", position=0, text="Q?", query="Q"),
+    SubQuestion(id="q2", position=1, text="About Nolan?", query="Nolan"),
+]
+
+
+def verified(claim_id: str, subquestion_id: str, text: str, source_id: str) -> Claim:
+    return Claim(
+        id=claim_id,
+        run_id="run",
+        subquestion_id=subquestion_id,
+        page_id=f"page-{source_id}",
+        page_hash="h",
+        text=text,
+        quote=text,
+        quote_start=0,
+        quote_end=len(text),
+        status=ClaimStatus.verified,
+        source_id=source_id,
+    )
+
+
+CLAIMS = [
+    verified(
+        "C2.1", "q2", "Christopher Nolan (born 30 July 1970) is an English-American film director.", "S1"
+    ),
+    verified("C1.1", "q1", "Sathish Kalathil is an Indian film and documentary director and producer.", "S2"),
+    # The same sentence as C1.1 on a mirror page: written once only.
+    verified("C1.2", "q1", "Sathish Kalathil is an Indian film and documentary director and producer.", "S3"),
+    verified("C2.2", "q2", "Nolan's films have grossed over $4.7 billion worldwide.", "S1"),
+]
+SOURCES = [
+    Source(
+        id=f"S{n}",
+        page_id=f"page-S{n}",
+        url=f"https://example.org/{n}",
+        title="t",
+        stored_at=datetime(2024, 1, 1, tzinfo=UTC),
+    )
+    for n in (1, 2, 3)
+]
+
+
+def request(**update: object) -> SynthesisInput:
+    base = SynthesisInput(question="Q?", subquestions=SUBQUESTIONS, claims=CLAIMS, sources=SOURCES)
+    return base.model_copy(update=update)
+
+
+def test_synthesiser_writes_claims_by_section_and_passes_the_mechanical_critique() -> None:
+    engine = extractive_engine()
+    draft = engine.synthesiser.write(request())
+    assert [(s.section, s.cites, s.text) for s in draft.sentences] == [
+        ("q1", ["S2"], CLAIMS[1].text),
+        ("q2", ["S1"], CLAIMS[0].text),
+        ("q2", ["S1"], CLAIMS[3].text),
+    ]
+    assert {s.text for s in draft.sentences} <= {c.text for c in CLAIMS}
+    critique = engine.critic.review(request(), draft)
+    assert critique == mechanical_critique(draft, CLAIMS)
+    assert critique.approved
+
+
+def test_synthesiser_drops_near_duplicates_across_sections() -> None:
+    echo = verified("C2.3", "q2", "Sathish Kalathil is an Indian film director and producer.", "S2")
+    draft = extractive_engine().synthesiser.write(request(claims=[*CLAIMS, echo]))
+    assert echo.text not in [s.text for s in draft.sentences]
+    assert len(draft.sentences) == 3
+
+
+def test_synthesiser_skips_rejected_and_unnumbered_claims() -> None:
+    rejected = CLAIMS[0].model_copy(
+        update={"id": "C9.1", "status": ClaimStatus.rejected, "text": "Nolan lives on Mars now."}
+    )
+    unnumbered = CLAIMS[3].model_copy(
+        update={"id": "C9.2", "source_id": None, "text": "Nolan owns a very large dog."}
+    )
+    draft = extractive_engine().synthesiser.write(request(claims=[rejected, unnumbered]))
+    assert draft.sentences == []
+
+
+def test_revision_drops_the_flagged_sentences() -> None:
+    synthesiser = extractive_engine().synthesiser
+    first = synthesiser.write(request())
+    critique = Critique(approved=False, problems=[SentenceProblem(index=1, check=SentenceCheck.unsupported)])
+    revised = synthesiser.write(request(previous=first, critique=critique))
+    assert revised.sentences == [first.sentences[0], first.sentences[2]]
+
+
+def test_engine_is_named_extractive() -> None:
+    assert extractive_engine().name == "extractive"
