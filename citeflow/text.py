@@ -112,17 +112,22 @@ def normalise(text: str) -> str:
 _ABBREVIATIONS = frozenset(
     """
     mr mrs ms dr st jr sr prof gen col lt sgt capt cpt maj adm rev hon gov sen rep pres fr sr sra mt ft
-    vs e.g i.e cf ca c approx fig no nos vol vols pp ed eds inc ltd co corp bros dept est univ jan feb mar apr
-    jun jul aug sep sept oct nov dec ave blvd rd op al
+    vs e.g i.e cf approx ed eds inc ltd co corp bros dept univ jan feb mar apr jun jul aug sep sept oct nov
+    dec ave blvd rd al
     """.split()  # noqa: SIM905 - a word list reads best as prose
 )
+# These are abbreviations only before a number ("No. 5", "c. 1200"); elsewhere "no." ends a sentence.
+_NUMBER_ABBREVIATIONS = frozenset(["no", "nos", "vol", "vols", "p", "pp", "fig", "c", "ca", "est", "op"])
 _CLOSERS = "\"'”’)]»"
 _OPENERS = "\"'“‘([«¿¡"
 _TERMINATOR = re.compile(r"[.!?]+")
 
 
-def _is_abbreviation(text: str, stop: int) -> bool:
-    """Whether the full stop at `stop` closes an abbreviation, an initial or a dotted acronym."""
+def _is_abbreviation(text: str, stop: int, following: int) -> bool:
+    """Whether the full stop at `stop` closes an abbreviation, an initial or a dotted acronym.
+
+    `following` is where the next word starts.
+    """
     begin = stop
     while begin > 0 and not text[begin - 1].isspace() and text[begin - 1] not in _OPENERS:
         begin -= 1
@@ -133,6 +138,8 @@ def _is_abbreviation(text: str, stop: int) -> bool:
         return True
     if re.fullmatch(r"(?:[^\W\d_]\.)+[^\W\d_]", token):  # a dotted acronym: "U.S.", "e.g."
         return True
+    if token.casefold() in _NUMBER_ABBREVIATIONS:
+        return following < len(text) and text[following].isdigit()
     return token.casefold() in _ABBREVIATIONS
 
 
@@ -157,7 +164,7 @@ def _boundaries(text: str) -> list[int]:
             after += 1
         if after == len(text):
             continue
-        if match.group() == "." and _is_abbreviation(text, match.start()):
+        if match.group() == "." and _is_abbreviation(text, match.start(), after):
             continue
         if _starts_sentence(text, after):
             cuts.append(end)

@@ -78,6 +78,11 @@ def test_split_sentences_keeps_abbreviations_initials_and_decimals() -> None:
     ]
 
 
+def test_split_sentences_number_abbreviations_only_before_numbers() -> None:
+    text = "It was No. 1 in c. 1200 on p. 4. The answer was no. Then it ended."
+    assert _texts(text) == ["It was No. 1 in c. 1200 on p. 4.", "The answer was no.", "Then it ended."]
+
+
 def test_split_sentences_keeps_closing_quotes_and_brackets_with_their_sentence() -> None:
     text = 'She said "It is over." Then she left. (He stayed.) "Why?" he asked.'
     assert _texts(text) == ['She said "It is over."', "Then she left.", "(He stayed.)", '"Why?" he asked.']
