@@ -148,7 +148,7 @@ class RoleClient:
         self.endpoint = public_url(config.base_url)
         self.subject = f"{role.value} model {config.model} at {self.endpoint}"
         self._backoff = wait_exponential_jitter(
-            initial=pool.limits.backoff_seconds,
+            multiplier=pool.limits.backoff_seconds,
             max=pool.limits.backoff_max_seconds,
             jitter=pool.limits.backoff_seconds,
         )
