@@ -24,7 +24,9 @@ class Caps(BaseModel):
     revisions_max: int = Field(2, ge=0, le=2, description="Synthesiser revisions after a critique.")
     token_budget: int = Field(200_000, ge=0, description="Model tokens (prompt + completion) per run.")
     quote_min_chars: int = Field(20, ge=1, description="Shorter quotes are rejected: they prove nothing.")
-    page_text_max_chars: int = Field(200_000, ge=1000, description="Page text beyond this is cut before storing.")
+    page_text_max_chars: int = Field(
+        200_000, ge=1000, description="Page text beyond this is cut before storing."
+    )
 
 
 class Settings(BaseSettings):

@@ -140,7 +140,9 @@ class Claim(Record):
     quote_end: int | None = None
     status: ClaimStatus
     reason: str = Field(default="", description="Why a claim was rejected; empty when verified.")
-    source_id: str | None = Field(default=None, description="The cited source id, set once sources are numbered.")
+    source_id: str | None = Field(
+        default=None, description="The cited source id, set once sources are numbered."
+    )
 
 
 class Source(Record):

@@ -1,4 +1,4 @@
-"""Search: one small interface, and the registry that turns a provider name into a searcher."""
+"""Search: one small interface. Providers are in citeflow/web/providers.py and storage/search.py."""
 
 from __future__ import annotations
 

@@ -6,8 +6,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 # Query parameters that identify a campaign or a click, never the content.
 TRACKING_PARAMS = frozenset(
-    {"fbclid", "gclid", "dclid", "msclkid", "mc_cid", "mc_eid", "igshid", "yclid", "ref_src", "_hsenc", "_hsmi"}
-)
+    {
+        "fbclid", "gclid", "gclsrc", "gbraid", "wbraid", "dclid", "msclkid", "twclid", "ttclid", "li_fat_id",
+        "mc_cid", "mc_eid", "igshid", "yclid", "ref_src", "_hsenc", "_hsmi", "_ga", "_gl", "mkt_tok",
+        "rb_clickid", "s_cid", "oly_enc_id", "oly_anon_id", "vero_id",
+    }
+)  # fmt: skip
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 

@@ -267,7 +267,8 @@ def provider_chain(
     topic: str | None = None,
     local_available: bool = False,
 ) -> list[str]:
-    """The chosen provider(s) first, then the topic's or the default order, each once.
+    """The chosen provider(s) first, then the topic's or the default order, each once; `local` alone
+    stays alone.
 
     A chosen provider that is not configured is an InputError; an unconfigured one further down
     the order is left out.
@@ -284,6 +285,9 @@ def provider_chain(
     for name in first:
         if needs.get(name):
             raise InputError("--search", f"{name} needs {needs[name]}", "no search was made")
+    if first == ["local"]:
+        # The embedded default stays offline: the store never falls back to the web.
+        return first
     rest = settings.topics.get(topic, settings.provider_order) if topic else settings.provider_order
     chain: list[str] = []
     for name in [*first, *rest]:

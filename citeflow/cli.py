@@ -1,0 +1,165 @@
+"""The `citeflow` command: run a question, ingest documents, query the evidence store.
+
+Errors are turned into one line on stderr and a non-zero exit here, at the boundary; nothing below
+prints. Progress goes to stderr, so `--json` output on stdout stays one parseable object.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from citeflow.contracts import Question, Report
+from citeflow.errors import CiteflowError, InputError
+
+app = typer.Typer(
+    help="A research assistant whose every sentence cites a quote found on a page it read.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option("--db", help="Evidence store (DuckDB file). Default: $CITEFLOW_DB or ./citeflow.duckdb."),
+]
+
+
+def fail(error: CiteflowError) -> None:
+    err.print(f"[bold red]error:[/] {error}", markup=True, highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def db_path(db: Path | None) -> Path:
+    from citeflow.config import Settings
+
+    return db or Settings().db
+
+
+def checked_question(text: str) -> str:
+    try:
+        return Question(text=text).text
+    except ValidationError as error:
+        problem = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise InputError("the question", problem, "nothing was run and the store is unchanged") from None
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    return {
+        "run_id": report.run_id,
+        "status": report.status.value,
+        "report_path": report.report_path,
+        "report": report.markdown,
+        "sources": [{"id": s.id, "url": s.url, "title": s.title} for s in report.sources],
+        "claims": [
+            {"id": c.id, "source": c.source_id, "text": c.text, "quote": c.quote} for c in report.claims
+        ],
+        "sentences": [{"text": s.text, "cites": s.cites} for s in report.sentences],
+        "caveats": report.caveats,
+        "metrics": report.metrics.model_dump(),
+    }
+
+
+@app.command()
+def run(
+    question: Annotated[str, typer.Argument(help="The research question (at most 2,000 characters).")],
+    search: Annotated[
+        str | None, typer.Option(help="Search provider. Default: $CITEFLOW_SEARCH or local.")
+    ] = None,
+    db: DbOption = None,
+    reports: Annotated[Path | None, typer.Option(help="Folder for reports. Default: ./reports.")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of the path.")
+    ] = False,
+) -> None:
+    """Research QUESTION and write a cited report; prints the report's path."""
+    try:
+        text = checked_question(question)
+        from citeflow.config import Settings
+        from citeflow.web.providers import provider_chain
+        from citeflow.web.settings import WebSettings
+        from storage.store import get_store
+
+        # A bad --db or --search fails here, before any run starts.
+        get_store(db_path(db))
+        provider_chain(WebSettings.from_env(), search or Settings().search, local_available=True)
+        from flows.research import research_flow
+
+        state = research_flow(
+            question=text,
+            search=search,
+            db=str(db) if db else None,
+            reports=str(reports) if reports else None,
+            return_state=True,
+        )
+    except CiteflowError as error:
+        fail(error)
+    result = state.result(raise_on_failure=False)
+    if not isinstance(result, Report):
+        err.print(f"[bold red]error:[/] the run crashed: {state.message or result}", soft_wrap=True)
+        raise typer.Exit(1)
+    if as_json:
+        sys.stdout.write(json.dumps(report_json(result), ensure_ascii=False) + "\n")
+    else:
+        err.print(
+            f"{result.status.value} report: {len(result.sentences)} sentences, {len(result.sources)} sources"
+        )
+        for caveat in result.caveats:
+            err.print(f"  caveat: {caveat}", highlight=False, soft_wrap=True)
+        out.print(result.report_path, highlight=False, soft_wrap=True)
+    if result.status == "failed":
+        raise typer.Exit(1)
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders: HTML, Markdown, text, JSON Lines.")],
+    db: DbOption = None,
+) -> None:
+    """Load documents into the evidence store for local search."""
+    from storage.ingest import ingest_paths
+    from storage.store import get_store
+
+    try:
+        report = ingest_paths(get_store(db_path(db)), paths)
+    except CiteflowError as error:
+        fail(error)
+    out.print(
+        f"{report.records} records from {report.files} files: {report.new} new, {report.changed} changed, "
+        f"{report.unchanged} unchanged",
+        highlight=False,
+    )
+    for skipped in report.skipped:
+        err.print(f"  skipped {skipped}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def sql(
+    statement: Annotated[str, typer.Argument(help="One read-only SQL statement, e.g. SELECT * FROM runs.")],
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON Lines.")] = False,
+) -> None:
+    """Run one read-only query against the evidence store and print the rows."""
+    from storage.store import read_only_query
+
+    try:
+        columns, rows = read_only_query(db_path(db), statement)
+    except CiteflowError as error:
+        fail(error)
+    if as_json:
+        for row in rows:
+            sys.stdout.write(json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n")
+        return
+    table = Table(*columns, show_lines=False)
+    for row in rows:
+        table.add_row(*("" if value is None else str(value) for value in row))
+    out.print(table)
+    err.print(f"{len(rows)} rows")

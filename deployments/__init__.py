@@ -1,0 +1,1 @@
+"""Scheduled deployments: prefect.yaml declares them; serve.py runs them without a work pool."""

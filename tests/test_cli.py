@@ -1,0 +1,118 @@
+"""The command line: a run with --json, ingestion, SQL, and every bad input as one clear line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from citeflow.cli import app
+from citeflow.text import normalise
+from storage.store import get_store, read_only_query
+
+runner = CliRunner()
+
+
+def page_count(db: Path) -> int:
+    return read_only_query(db, "SELECT count(*) FROM pages")[1][0][0]
+
+
+def test_run_json_cites_only_verified_quotes_found_in_stored_pages(
+    prefect_api: None, docs_db: Path, tmp_path: Path
+) -> None:
+    result = runner.invoke(
+        app,
+        ["run", "What does the verifier keep?", "--db", str(docs_db), "--reports", str(tmp_path), "--json"],
+    )
+
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert set(payload) >= {"run_id", "report_path", "report", "sources", "claims", "sentences", "metrics"}
+    assert Path(payload["report_path"]).read_text(encoding="utf-8") == payload["report"]
+    claims_by_source: dict[str, list[dict]] = {}
+    for claim in payload["claims"]:
+        claims_by_source.setdefault(claim["source"], []).append(claim)
+    urls = {source["id"]: source["url"] for source in payload["sources"]}
+    store = get_store(docs_db)
+    assert payload["sentences"]
+    for sentence in payload["sentences"]:
+        for cite in sentence["cites"]:
+            assert cite in urls and cite in claims_by_source
+            for claim in claims_by_source[cite]:
+                page = store.latest_page(urls[cite])
+                assert page is not None and normalise(claim["quote"]) in normalise(page.text)
+
+
+def test_run_prints_the_report_path(prefect_api: None, docs_db: Path, tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["run", "Where is the search index stored?", "--db", str(docs_db), "--reports", str(tmp_path)]
+    )
+
+    assert result.exit_code == 0, result.output
+    path = Path(result.stdout.strip())
+    assert path.parent == tmp_path and path.read_text(encoding="utf-8").startswith(
+        "# Where is the search index"
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "message"),
+    [("", "the question: the question is empty"), ("x" * 2001, "2001 characters; the limit is 2000")],
+)
+def test_a_bad_question_is_one_line_and_creates_nothing(question: str, message: str, tmp_path: Path) -> None:
+    db = tmp_path / "never.duckdb"
+
+    result = runner.invoke(app, ["run", question, "--db", str(db)])
+
+    assert result.exit_code == 1
+    assert message in result.stderr and "store is unchanged" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not db.exists()
+
+
+def test_ingest_of_a_missing_path_loads_nothing(docs_db: Path, tmp_path: Path) -> None:
+    before = page_count(docs_db)
+
+    result = runner.invoke(app, ["ingest", str(tmp_path / "nope.md"), "--db", str(docs_db)])
+
+    assert result.exit_code == 1
+    assert "nope.md" in result.stderr
+    assert page_count(docs_db) == before
+
+
+def test_ingest_of_a_malformed_json_line_names_it_and_loads_nothing(docs_db: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    good = json.dumps({"url": "https://example.org/a", "title": "A", "text": "Alpha is the first letter."})
+    corpus.write_text(f"{good}\n{{not json\n", encoding="utf-8")
+    before = page_count(docs_db)
+
+    result = runner.invoke(app, ["ingest", str(corpus), "--db", str(docs_db)])
+
+    assert result.exit_code == 1
+    assert "line 2" in result.stderr and "corpus.jsonl" in result.stderr
+    assert page_count(docs_db) == before
+
+
+def test_a_file_that_is_not_a_duckdb_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.duckdb"
+    notes.write_bytes(b"my notes, not a database\n")
+
+    result = runner.invoke(app, ["sql", "SELECT 1", "--db", str(notes)])
+    ingest = runner.invoke(app, ["ingest", str(tmp_path), "--db", str(notes)])
+
+    assert result.exit_code == 1 and ingest.exit_code == 1
+    assert "not a DuckDB database" in result.stderr
+    assert notes.read_bytes() == b"my notes, not a database\n"
+
+
+def test_sql_reads_and_refuses_writes(docs_db: Path) -> None:
+    before = page_count(docs_db)
+
+    read = runner.invoke(app, ["sql", "SELECT count(*) AS pages FROM pages", "--db", str(docs_db), "--json"])
+    write = runner.invoke(app, ["sql", "DELETE FROM pages", "--db", str(docs_db)])
+
+    assert read.exit_code == 0 and json.loads(read.stdout) == {"pages": before}
+    assert write.exit_code == 1 and "DELETE" in write.stderr.upper()
+    assert page_count(docs_db) == before

@@ -1,0 +1,82 @@
+"""The research flow run through Prefect for real, on the embedded defaults."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from citeflow.audit import audit
+from citeflow.contracts import ClaimStatus, Report, RunStatus
+from citeflow.text import normalise
+from storage.store import get_store
+
+QUESTION = "How does citeflow check that a quote appears on a page?"
+
+
+async def artifact_keys() -> set[str]:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        return {artifact.key for artifact in await client.read_artifacts() if artifact.key}
+
+
+def test_flow_writes_a_report_whose_every_citation_is_a_verified_quote(
+    prefect_api: None, docs_db: Path, tmp_path: Path
+) -> None:
+    from flows.research import research_flow
+
+    report = research_flow(question=QUESTION, db=str(docs_db), reports=str(tmp_path / "reports"))
+
+    assert isinstance(report, Report)
+    assert report.status in (RunStatus.complete, RunStatus.partial)
+    assert report.sentences, report.markdown
+    store = get_store(docs_db)
+    assert audit(store, report) == []
+    pages = {claim.id: store.get_page(claim.page_id) for claim in report.claims}
+    for claim in report.claims:
+        assert normalise(claim.quote) in normalise(pages[claim.id].text)
+    source_ids = {source.id for source in report.sources}
+    for sentence in report.sentences:
+        assert sentence.cites and set(sentence.cites) <= source_ids
+        assert f"[{sentence.cites[0]}]" in report.markdown
+    assert "## Sources" in report.markdown
+    assert "extractively" in report.markdown
+    assert Path(report.report_path or "").read_text(encoding="utf-8") == report.markdown
+    stages = [stage.stage for stage in report.metrics.stages]
+    assert stages == ["plan", "research", "verify", "write"]
+    assert report.metrics.stages[2].claims_verified == len(store.claims(report.run_id, ClaimStatus.verified))
+    keys = asyncio.run(artifact_keys())
+    slug = "how-does-citeflow-check-that-a-quote-appears-on"
+    assert {f"report-{slug}", f"sources-{slug}", f"metrics-{slug}"} <= keys
+
+
+def test_a_store_with_no_pages_fails_the_run_and_says_why(prefect_api: None, tmp_path: Path) -> None:
+    from prefect.states import State
+
+    from flows.research import research_flow
+
+    state = research_flow(
+        question="What is the airspeed of an unladen swallow?",
+        db=str(tmp_path / "empty.duckdb"),
+        reports=str(tmp_path / "reports"),
+        return_state=True,
+    )
+
+    assert isinstance(state, State) and state.is_failed()
+    report = state.result(raise_on_failure=False)
+    assert isinstance(report, Report)
+    assert report.status is RunStatus.failed
+    assert report.sentences == [] and report.sources == []
+    assert "No report could be written" in report.markdown
+    assert any("No verified evidence was found" in caveat for caveat in report.caveats)
+
+
+def test_an_empty_question_fails_before_a_run_starts(prefect_api: None, tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from flows.research import research_flow
+
+    with pytest.raises(ValidationError, match="the question is empty"):
+        research_flow(question="   ", db=str(tmp_path / "x.duckdb"))
