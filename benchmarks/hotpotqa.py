@@ -22,10 +22,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from citeflow.prefect_env import apply_prefect_defaults  # noqa: E402
-
-apply_prefect_defaults()
-
 from citeflow.audit import audit  # noqa: E402
 from citeflow.contracts import Report  # noqa: E402
 from storage.ingest import ingest_paths  # noqa: E402

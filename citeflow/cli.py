@@ -18,6 +18,9 @@ from rich.table import Table
 
 from citeflow.contracts import Question, Report
 from citeflow.errors import CiteflowError, InputError
+from citeflow.prefect_env import apply_prefect_defaults
+
+apply_prefect_defaults()  # before anything imports Prefect, which reads its settings once
 
 app = typer.Typer(
     help="A research assistant whose every sentence cites a quote found on a page it read.",

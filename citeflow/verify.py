@@ -48,7 +48,6 @@ def _rejection(
     draft: ClaimDraft,
     page: NormalisedText,
     min_quote_chars: int,
-    require_details: bool,
 ) -> tuple[str, tuple[int, int] | None]:
     """Why the draft fails the mechanical check ('' if it passes), and where its quote is."""
     if not normalise(draft.text):
@@ -58,10 +57,9 @@ def _rejection(
     span = _find_in(page, draft.quote)
     if span is None:
         return "quote not found in page text", None
-    if require_details:
-        missing = unsupported_details(draft.text, draft.quote)
-        if missing:
-            return f"unsupported detail: {', '.join(missing)}", span
+    missing = unsupported_details(draft.text, draft.quote)
+    if missing:
+        return f"unsupported detail: {', '.join(missing)}", span
     return "", span
 
 
@@ -72,12 +70,11 @@ def verify_drafts(
     run_id: str,
     claim_prefix: str,
     min_quote_chars: int,
-    require_details: bool = False,
 ) -> list[Claim]:
     """One Claim per draft, ids f"{claim_prefix}.{n}", verified or rejected with the reason.
 
-    `require_details` is True for model-written claims (their text may paraphrase the quote) and
-    False for the extractive engine, whose claim text is the quote itself.
+    A claim's text may paraphrase its quote, so every number and name in it must be in the quote
+    too (an extractive claim is its quote and passes trivially).
     """
     normalised_page = normalise_with_map(page.text)
     claims: list[Claim] = []
@@ -93,7 +90,7 @@ def verify_drafts(
             quote=draft.quote,
             status=ClaimStatus.rejected,
         )
-        reason, span = _rejection(draft, normalised_page, min_quote_chars, require_details)
+        reason, span = _rejection(draft, normalised_page, min_quote_chars)
         key = normalise(draft.quote).casefold()
         if not reason and key in verified_quotes:
             reason = f"duplicate of {verified_quotes[key]}"

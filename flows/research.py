@@ -11,27 +11,26 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from citeflow.prefect_env import apply_prefect_defaults
-
-apply_prefect_defaults()
-
-from prefect import flow, get_run_logger, task, unmapped  # noqa: E402  (Prefect reads its settings on import)
-from prefect.artifacts import (  # noqa: E402
+from prefect import Task, flow, get_run_logger, task, unmapped
+from prefect.artifacts import (
     create_markdown_artifact,
     create_progress_artifact,
     create_table_artifact,
     update_progress_artifact,
 )
-from prefect.futures import PrefectFuture  # noqa: E402
-from prefect.runtime import flow_run  # noqa: E402
-from prefect.states import Failed, State  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
+from prefect.client.schemas.objects import TaskRun
+from prefect.futures import PrefectFuture
+from prefect.runtime import flow_run
+from prefect.states import Failed, State
+from prefect.task_runners import ThreadPoolTaskRunner
 
-from citeflow.audit import audit  # noqa: E402
-from citeflow.config import Settings  # noqa: E402
-from citeflow.contracts import (  # noqa: E402
+from citeflow.audit import audit
+from citeflow.config import Settings
+from citeflow.contracts import (
     Claim,
     ClaimStatus,
     Question,
@@ -42,29 +41,49 @@ from citeflow.contracts import (  # noqa: E402
     SubQuestion,
     SynthesisInput,
 )
-from citeflow.engine import build_engine  # noqa: E402
-from citeflow.web.research import WebResearch, open_research  # noqa: E402
-from citeflow.web.settings import WebSettings  # noqa: E402
-from storage.store import EvidenceStore, get_store  # noqa: E402
-from tasks.finish import finish, slug  # noqa: E402
-from tasks.planner import plan  # noqa: E402
-from tasks.researcher import Researched, research  # noqa: E402
-from tasks.verifier import select_pages, verify_page  # noqa: E402
-from tasks.writer import Review, write_report  # noqa: E402
+from citeflow.extractive import extractive_engine
+from citeflow.llm.errors import ModelRejected
+from citeflow.llm.roles import ModelEngine, build_engine
+from citeflow.llm.settings import load_model_settings
+from citeflow.roles import Engine
+from citeflow.web.research import WebResearch, open_research
+from citeflow.web.settings import WebSettings
+from storage.store import EvidenceStore, get_store
+from tasks.finish import finish, slug
+from tasks.planner import plan
+from tasks.researcher import Researched, research
+from tasks.verifier import select_pages, verify_page
+from tasks.writer import Review, write_report
 
-STAGE_ROLES = {"plan": ("planner",), "verify": ("verifier",), "write": ("synthesiser", "critic")}
+STAGE_ROLES = {"plan": ("planner", "query_writer"), "verify": ("verifier",), "write": ("synthesiser", "critic")}
 
 
-@task(name="plan", retries=1, retry_delay_seconds=2)
+@dataclass
+class RunServices:
+    """What a run's tasks share and cannot take as arguments (Prefect hashes task arguments; clients
+    do not hash): the web session with its per-run fetch deduplication and breakers, and the model
+    engine with its budget and degradation log. Tasks are threads of this process."""
+
+    web: WebResearch
+    models: ModelEngine
+
+    @property
+    def engine(self) -> Engine:
+        return self.models.engine
+
+
+_services: dict[str, RunServices] = {}
+
+
+def not_rejected(task: Task, task_run: TaskRun, state: State) -> bool:
+    """Retry anything but a model endpoint's 400/401/403/404, which no retry changes."""
+    return not isinstance(state.result(raise_on_failure=False), ModelRejected)
+
+
+@task(name="plan", retries=1, retry_delay_seconds=2, retry_condition_fn=not_rejected)
 def plan_task(run_id: str, settings: Settings, question: str) -> list[SubQuestion]:
-    return plan(
-        get_store(settings.db), build_engine(settings), run_id, question, settings.caps.subquestions_max
-    )
-
-
-# One WebResearch per run, shared by its researcher tasks (threads of this process): it holds the
-# per-run fetch deduplication and the breakers, and clients cannot be task arguments.
-_web_research: dict[str, WebResearch] = {}
+    engine = _services[run_id].engine
+    return plan(get_store(settings.db), engine, run_id, question, settings.caps.subquestions_max)
 
 
 # No Prefect timeout_seconds on these sync tasks: it cannot interrupt a worker thread (measured), so
@@ -80,7 +99,7 @@ def research_task(run_id: str, settings: Settings, subquestion: SubQuestion) -> 
     caps = settings.caps
     return research(
         get_store(settings.db),
-        _web_research[run_id],
+        _services[run_id].web,
         run_id,
         subquestion,
         caps.pages_per_search,
@@ -88,11 +107,17 @@ def research_task(run_id: str, settings: Settings, subquestion: SubQuestion) -> 
     )
 
 
-@task(name="verify", task_run_name="verify-{claim_prefix}", retries=1, retry_delay_seconds=2)
+@task(
+    name="verify",
+    task_run_name="verify-{claim_prefix}",
+    retries=1,
+    retry_delay_seconds=2,
+    retry_condition_fn=not_rejected,
+)
 def verify_task(
     run_id: str, settings: Settings, subquestion: SubQuestion, page_id: str, claim_prefix: str
 ) -> list[Claim]:
-    engine = build_engine(settings)
+    engine = _services[run_id].engine
     return verify_page(
         get_store(settings.db),
         engine.extractor,
@@ -103,13 +128,21 @@ def verify_task(
         claim_prefix,
         settings.caps.claims_per_page,
         settings.caps.quote_min_chars,
-        require_details=engine.name != "extractive",
     )
 
 
 @task(name="write")
-def write_task(settings: Settings, request: SynthesisInput) -> Review:
-    return write_report(build_engine(settings), request, settings.caps.revisions_max)
+def write_task(run_id: str, settings: Settings, request: SynthesisInput) -> Review:
+    models = _services[run_id].models
+    return write_report(models.engine, request, settings.caps.revisions_max, models.budget.may_start_revision)
+
+
+def record_degradations(store: EvidenceStore, run_id: str, models: ModelEngine, stage: str) -> None:
+    """A role that fell back to its safe default is an error row, and so a caveat of the report."""
+    for degradation in models.degradations.drain():
+        subject = f" ({degradation.subject})" if degradation.subject else ""
+        detail = f"the {degradation.role} fell back to its default{subject}: {degradation.reason}"
+        store.add_error(RunError(run_id=run_id, stage=stage, detail=detail))
 
 
 def settled(
@@ -191,24 +224,35 @@ def publish_artifacts(report: Report) -> None:
 
 @flow(name="citeflow-research", task_runner=ThreadPoolTaskRunner(max_workers=4))
 def research_flow(
-    question: str, search: str | None = None, db: str | None = None, reports: str | None = None
+    question: str,
+    search: str | None = None,
+    db: str | None = None,
+    reports: str | None = None,
+    config: str | None = None,
+    models: dict[str, dict[str, Any]] | None = None,
 ) -> Report | State:
     """Answer `question` with a report whose every sentence cites a verified quote.
 
     `search`, `db` and `reports` override the settings (environment CITEFLOW_SEARCH, CITEFLOW_DB,
-    CITEFLOW_REPORTS, or the defaults)."""
+    CITEFLOW_REPORTS, or the defaults). `config` names a citeflow.toml for the model roles and
+    `models` overrides its sections, e.g. {"defaults": {"model": "qwen3:8b"}}; with no endpoint
+    configured the extractive engine plays every role."""
     overrides = {
         name: value for name, value in {"search": search, "db": db, "reports": reports}.items() if value
     }
     settings = Settings(**overrides)
     question = Question(text=question).text
+    model_settings = load_model_settings(Path(config) if config else None, overrides=models)
     run_id = str(flow_run.id)
     store = get_store(Path(settings.db))
-    _web_research[run_id] = open_research(run_id, settings.search, WebSettings.from_env(), store=store)
+    _services[run_id] = RunServices(
+        web=open_research(run_id, settings.search, WebSettings.from_env(), store=store),
+        models=build_engine(model_settings, store, run_id, caps=settings.caps, fallback=extractive_engine()),
+    )
     try:
         report = run_stages(store, settings, run_id, question)
     finally:
-        _web_research.pop(run_id).close()
+        _services.pop(run_id).web.close()
     if report.status == "failed":
         return Failed(
             message=f"No report: {'; '.join(report.caveats) or 'nothing was verified'}", data=report
@@ -223,7 +267,8 @@ def research_flow(
 def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: str) -> Report:
     started = time.perf_counter()
     logger = get_run_logger()
-    engine = build_engine(settings)
+    models = _services[run_id].models
+    engine = models.engine
     store.start_run(run_id, question, engine.name, settings.search, settings.model_dump_json())
     key = slug(question)
     progress = create_progress_artifact(progress=0.0, key=f"progress-{key}", description=f"Run {run_id}")
@@ -231,6 +276,7 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
 
     with clock.stage("plan"):
         subquestions = plan_task(run_id, settings, question)
+    record_degradations(store, run_id, models, "plan")
     logger.info("plan: %d sub-questions: %s", len(subquestions), " | ".join(s.text for s in subquestions))
     update_progress_artifact(progress, 10.0)
 
@@ -260,6 +306,7 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
             for n, (page_id, subquestion_id) in enumerate(pages, start=1)
         ]
         settled(store, run_id, "verify", futures, [subquestion_id for _, subquestion_id in pages])
+        record_degradations(store, run_id, models, "verify")
         numbered = store.number_sources(run_id)
         claims = store.claims(run_id, ClaimStatus.verified)
         metrics.pages = len(pages)
@@ -274,7 +321,8 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
             request = SynthesisInput(
                 question=question, subquestions=subquestions, claims=claims, sources=numbered
             )
-            review = write_task(settings, request)
+            review = write_task(run_id, settings, request)
+            record_degradations(store, run_id, models, "write")
             metrics.sentences_removed = len(review.removed)
             logger.info(
                 "write: %d sentences kept, %d removed, %d revisions",
@@ -297,6 +345,7 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
         len(pages),
         run_metrics(store, run_id, clock, started),
         Path(settings.reports),
+        models.budget.caveats(),
     )
     publish_artifacts(report)
     update_progress_artifact(progress, 100.0)

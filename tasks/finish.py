@@ -44,15 +44,14 @@ def caveats_for(
     caveats += [
         f'No verified evidence was found for "{sub.text}".' for sub in subquestions if sub.id not in answered
     ]
-    if review is not None:
-        if review.removed:
-            caveats.append(
-                f"{len(review.removed)} sentence(s) were removed because they failed the citation checks: "
-                + "; ".join(sorted(set(review.removed.values())))
-                + "."
-            )
-        if not review.critique.approved:
-            caveats.append(f"This draft was not approved: {review.stopped_because or 'the critic objected'}.")
+    if review is not None and review.removed:
+        checks = sorted({reason.split(":")[0] for reason in review.removed.values()})
+        caveats.append(
+            f"{len(review.removed)} sentence(s) were removed because they failed the citation checks "
+            f"({', '.join(checks)})."
+        )
+    if review is not None and review.caveat:
+        caveats.append(review.caveat)
     return caveats
 
 
@@ -86,8 +85,10 @@ def render_markdown(
             if not section:
                 continue
             lines += [f"## {sub.text}", ""]
+            # Quotes keep the page's line breaks; the report shows each claim as one line.
             lines += [
-                f"- {sentence.text} {''.join(f'[{cite}]' for cite in sentence.cites)}" for sentence in section
+                f"- {' '.join(sentence.text.split())} {''.join(f'[{cite}]' for cite in sentence.cites)}"
+                for sentence in section
             ]
             lines.append("")
     if caveats:
@@ -141,15 +142,17 @@ def finish(
     pages_verified: int,
     metrics: RunMetrics,
     reports_dir: Path,
+    budget_caveats: list[str],
 ) -> Report:
-    """Assemble, store and write the report. `claims` are the verified claims of the run."""
+    """Assemble, store and write the report. `claims` are the verified claims of the run;
+    `budget_caveats` say what the model budget stopped, if anything."""
     errors = [
         f"{error.stage} failed"
         + (f" for {error.subquestion_id}" if error.subquestion_id else "")
         + f": {error.detail}"
         for error in store.errors(run_id)
     ]
-    caveats = caveats_for(subquestions, claims, review, errors, pages_found, pages_verified)
+    caveats = caveats_for(subquestions, claims, review, errors + budget_caveats, pages_found, pages_verified)
     status = run_status(review, caveats)
     markdown = render_markdown(question, engine_name, status, subquestions, review, sources, caveats)
     sentences = report_sentences(run_id, review)

@@ -33,7 +33,6 @@ def verify_page(
     claim_prefix: str,
     claims_per_page: int,
     quote_min_chars: int,
-    require_details: bool,
 ) -> list[Claim]:
     """Extract claims from one page for one sub-question, check each mechanically, store them all
     (rejected ones with their reason) and return them."""
@@ -48,7 +47,6 @@ def verify_page(
         run_id=run_id,
         claim_prefix=claim_prefix,
         min_quote_chars=quote_min_chars,
-        require_details=require_details,
     )
     store.add_claims(claims)
     return claims

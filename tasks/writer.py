@@ -1,16 +1,26 @@
 """Synthesise and critique: draft, check mechanically, let the critic judge, revise at most N times.
 
-Mechanical checks come first and a model critic only sees drafts that pass them. Whatever the critic
-says, a sentence that fails a mechanical check after the last revision is removed, never shipped.
+Mechanical checks come first and a critic only sees drafts that pass them. Whatever the critic says,
+a sentence that fails a mechanical check after the last revision is removed, never shipped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from citeflow.checks import mechanical_critique
 from citeflow.contracts import Critique, Draft, DraftSentence, SynthesisInput
 from citeflow.roles import Engine
+
+
+class LoopEnd(StrEnum):
+    approved = "approved"
+    revision_cap = "revision_cap"
+    same_draft = "same_draft"  # the revision changed nothing
+    same_critique = "same_critique"  # the critic repeated itself: another round would too
+    budget = "budget"  # 85% of the model budget is spent: no new revision starts
 
 
 @dataclass
@@ -18,14 +28,24 @@ class Review:
     draft: Draft
     critique: Critique
     revisions: int
+    end: LoopEnd
     removed: dict[int, str]  # position in the draft -> why the sentence failed the mechanical checks
-    stopped_because: str = ""  # why the loop ended before approval, for the caveats
 
     @property
     def kept(self) -> list[DraftSentence]:
-        return [
-            sentence for position, sentence in enumerate(self.draft.sentences) if position not in self.removed
-        ]
+        return [sentence for n, sentence in enumerate(self.draft.sentences) if n not in self.removed]
+
+    @property
+    def caveat(self) -> str | None:
+        """The report's caveat for an unapproved ending, or None when the critic approved."""
+        why = {
+            LoopEnd.approved: None,
+            LoopEnd.revision_cap: f"after {self.revisions} revision(s), the most allowed",
+            LoopEnd.same_draft: "and a revision left the draft unchanged",
+            LoopEnd.same_critique: "and repeated the same critique of the revised draft",
+            LoopEnd.budget: "and no revision was started because 85% of the model budget was spent",
+        }[self.end]
+        return why and f"The critic did not approve this report {why}."
 
 
 def critique(engine: Engine, request: SynthesisInput, draft: Draft) -> Critique:
@@ -36,24 +56,42 @@ def critique(engine: Engine, request: SynthesisInput, draft: Draft) -> Critique:
     return engine.critic.review(request, draft)
 
 
-def write_report(engine: Engine, request: SynthesisInput, revisions_max: int) -> Review:
+def revision_end(
+    verdict: Critique,
+    draft: Draft,
+    previous: tuple[Draft, Critique] | None,
+    revisions_done: int,
+    revisions_max: int,
+    may_revise: Callable[[], bool],
+) -> LoopEnd | None:
+    """Why the loop stops after `verdict` on `draft`, or None when one more revision may start."""
+    if verdict.approved:
+        return LoopEnd.approved
+    if revisions_done >= revisions_max:
+        return LoopEnd.revision_cap
+    if previous is not None and draft == previous[0]:
+        return LoopEnd.same_draft
+    if previous is not None and verdict == previous[1]:
+        return LoopEnd.same_critique
+    if not may_revise():
+        return LoopEnd.budget
+    return None
+
+
+def write_report(
+    engine: Engine, request: SynthesisInput, revisions_max: int, may_revise: Callable[[], bool]
+) -> Review:
+    """Draft, critique and revise until approved, out of revisions, stuck, or out of budget
+    (`may_revise` answers whether a new revision may start)."""
     draft = engine.synthesiser.write(request)
     verdict = critique(engine, request, draft)
-    revisions, stopped_because = 0, ""
-    while not verdict.approved:
-        if revisions == revisions_max:
-            stopped_because = f"the critic did not approve the draft after {revisions} revision(s)"
-            break
-        revised = engine.synthesiser.write(
-            request.model_copy(update={"previous": draft, "critique": verdict})
-        )
+    previous: tuple[Draft, Critique] | None = None
+    revisions = 0
+    while (end := revision_end(verdict, draft, previous, revisions, revisions_max, may_revise)) is None:
+        previous = (draft, verdict)
+        draft = engine.synthesiser.write(request.model_copy(update={"previous": draft, "critique": verdict}))
         revisions += 1
-        revised_verdict = critique(engine, request, revised)
-        if revised == draft or revised_verdict == verdict:
-            stopped_because = "a revision made no progress on the critique"
-            draft, verdict = revised, revised_verdict
-            break
-        draft, verdict = revised, revised_verdict
+        verdict = critique(engine, request, draft)
     final = mechanical_critique(draft, request.claims)
     removed = {problem.index: f"{problem.check.value}: {problem.detail}" for problem in final.problems}
-    return Review(draft, verdict, revisions, removed, stopped_because)
+    return Review(draft, verdict, revisions, end, removed)

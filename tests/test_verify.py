@@ -58,12 +58,12 @@ def test_find_quote_absent_or_empty() -> None:
     assert find_quote(PAGE_TEXT, "  \n ") is None
 
 
-def _verify(drafts: list[ClaimDraft], require_details: bool = False):  # type: ignore[no-untyped-def]
-    return verify_drafts(drafts, make_page(), "q2", "run-1", "C3", 20, require_details=require_details)
+def _verify(drafts: list[ClaimDraft]):  # type: ignore[no-untyped-def]
+    return verify_drafts(drafts, make_page(), "q2", "run-1", "C3", 20)
 
 
 def test_verified_claim_stores_the_pages_own_quote_and_offsets() -> None:
-    [claim] = _verify([ClaimDraft(text="Nolan directed Inception.", quote='He directed "Inception" (2010)')])
+    [claim] = _verify([ClaimDraft(text="He directed Inception in 2010.", quote='He directed "Inception" (2010)')])
     assert claim.status is ClaimStatus.verified
     assert claim.id == "C3.1"
     assert (claim.run_id, claim.subquestion_id, claim.page_id) == ("run-1", "q2", "p1")
@@ -83,7 +83,7 @@ def test_each_rejection_reason() -> None:
             ClaimDraft(
                 text="Nolan has 11 Academy Awards.", quote="Nolan's films have earned 11 Academy Awards."
             ),
-            ClaimDraft(text="He won 11 Oscars.", quote="Nolan\u2019s films have earned 11 Academy Awards."),
+            ClaimDraft(text="His films won 11 awards.", quote="Nolan\u2019s films have earned 11 Academy Awards."),
         ]
     )
     assert [claim.id for claim in claims] == ["C3.1", "C3.2", "C3.3", "C3.4", "C3.5"]
@@ -104,15 +104,13 @@ def test_each_rejection_reason() -> None:
     assert all(claim.quote_start is None for claim in claims if claim.status is ClaimStatus.rejected)
 
 
-def test_unsupported_detail_is_checked_only_when_required() -> None:
+def test_a_claim_with_details_absent_from_its_quote_is_rejected() -> None:
     draft = ClaimDraft(
         text="Inception (2011) grossed $900 million for Warner.", quote="grossed over $836 million"
     )
-    [lenient] = _verify([draft])
-    [strict] = _verify([draft], require_details=True)
-    assert lenient.status is ClaimStatus.verified
-    assert strict.status is ClaimStatus.rejected
-    assert strict.reason == "unsupported detail: 2011, 900, Inception, Warner"
+    [claim] = _verify([draft])
+    assert claim.status is ClaimStatus.rejected
+    assert claim.reason == "unsupported detail: 2011, 900, Inception, Warner"
 
 
 def test_unsupported_details() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from enum import StrEnum
 
 from pydantic import BaseModel
 
@@ -168,51 +167,6 @@ class ModelCritic:
             return self.fallback.review(request, draft)
         # A critique that lists problems is not an approval, whatever its flag says.
         return critique.model_copy(update={"approved": critique.approved and not critique.problems})
-
-
-class LoopEnd(StrEnum):
-    approved = "approved"
-    revision_cap = "revision_cap"
-    same_draft = "same_draft"  # the revision changed nothing
-    same_critique = "same_critique"  # the critic repeated itself: another round would too
-    budget = "budget"  # 85% of the budget is spent: no new revision starts
-
-
-def revision_end(
-    *,
-    critique: Critique,
-    draft: Draft,
-    previous_draft: Draft | None,
-    previous_critique: Critique | None,
-    revisions_done: int,
-    revisions_max: int,
-    budget: Budget | None,
-) -> LoopEnd | None:
-    """Why the critique loop stops after `critique` of `draft`, or None when one more revision may start."""
-    if critique.approved:
-        return LoopEnd.approved
-    if revisions_done >= revisions_max:
-        return LoopEnd.revision_cap
-    if previous_draft is not None and draft == previous_draft:
-        return LoopEnd.same_draft
-    if previous_critique is not None and critique == previous_critique:
-        return LoopEnd.same_critique
-    if budget is not None and not budget.may_start_revision():
-        return LoopEnd.budget
-    return None
-
-
-def loop_caveat(end: LoopEnd, revisions_done: int) -> str | None:
-    """The report's caveat for an unapproved ending, or None when the critic approved."""
-    if end is LoopEnd.approved:
-        return None
-    why = {
-        LoopEnd.revision_cap: f"after {revisions_done} revision(s), the most allowed",
-        LoopEnd.same_draft: "and a revision left the draft unchanged",
-        LoopEnd.same_critique: "and repeated the same critique of the revised draft",
-        LoopEnd.budget: "and no revision was started because 85% of the model budget was spent",
-    }[end]
-    return f"The critic did not approve this report {why}; unsupported sentences were removed."
 
 
 @dataclass(frozen=True)

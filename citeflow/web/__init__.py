@@ -7,34 +7,3 @@ The researcher stage needs two things per run and one call per sub-question:
     # store outcome.fetch.items[*].page with store.put_page, record outcome.results and
     # outcome.errors, print outcome.fetch.summary(); research.close() when the run ends.
 """
-
-from citeflow.web.fetcher import Fetcher
-from citeflow.web.guard import FetchRefused, Guard
-from citeflow.web.providers import FallbackSearch, SearchReport, make_searcher
-from citeflow.web.research import (
-    FetchOutcome,
-    FetchSession,
-    ResearchOutcome,
-    UrlOutcome,
-    UrlStatus,
-    WebResearch,
-    open_research,
-)
-from citeflow.web.settings import WebSettings
-
-__all__ = [
-    "FallbackSearch",
-    "FetchOutcome",
-    "FetchRefused",
-    "FetchSession",
-    "Fetcher",
-    "Guard",
-    "ResearchOutcome",
-    "SearchReport",
-    "UrlOutcome",
-    "UrlStatus",
-    "WebResearch",
-    "WebSettings",
-    "make_searcher",
-    "open_research",
-]
