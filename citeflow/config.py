@@ -1,8 +1,8 @@
 """One settings object for a run: where things live, which search, and the caps.
 
 Caps live here, in code, and every stage enforces them; no prompt is trusted to.
-Environment variables CITEFLOW_DB, CITEFLOW_REPORTS and CITEFLOW_SEARCH override the defaults, and
-command-line flags override those.
+Environment variables CITEFLOW_DB, CITEFLOW_REPORTS, CITEFLOW_SEARCH and CITEFLOW_CAPS__<CAP> override the
+defaults, and command-line flags override those.
 """
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ class Caps(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CITEFLOW_", extra="forbid", frozen=True)
+    # Caps from the environment too, e.g. CITEFLOW_CAPS__TOKEN_BUDGET=50000.
+    model_config = SettingsConfigDict(
+        env_prefix="CITEFLOW_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
 
     db: Path = Field(Path("citeflow.duckdb"), description="The evidence store (DuckDB file).")
     reports: Path = Field(Path("reports"), description="Folder where finished reports are written.")
     search: str = Field("local", description="Search provider: 'local' searches the evidence store.")
-    caps: Caps = Field(default_factory=Caps)
+    caps: Caps = Field(default_factory=lambda: Caps())
