@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,6 +31,25 @@ app = typer.Typer(
 err = Console(stderr=True)
 out = Console()
 
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", help="Model roles config (TOML). Default: ./citeflow.toml when it exists."),
+]
+ModelOption = Annotated[
+    str | None, typer.Option("--model", help="Model for every role (default: $CITEFLOW_MODEL).")
+]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option("--base-url", help="OpenAI-compatible endpoint for every role (default: $OPENAI_BASE_URL)."),
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="One role setting, SECTION.KEY=VALUE, e.g. planner.model=qwen3:1.7b or models.cost_budget=0.5. "
+        "Repeatable; overrides the config file.",
+    ),
+]
 DbOption = Annotated[
     Path | None,
     typer.Option("--db", help="Evidence store (DuckDB file). Default: $CITEFLOW_DB or ./citeflow.duckdb."),
@@ -53,6 +73,32 @@ def checked_question(text: str) -> str:
     except ValidationError as error:
         problem = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
         raise InputError("the question", problem, "nothing was run and the store is unchanged") from None
+
+
+def model_overrides(
+    model: str | None, base_url: str | None, settings: list[str] | None
+) -> dict[str, dict[str, Any]]:
+    """--model, --base-url and --set as sections of citeflow.toml, which they override."""
+    overrides: dict[str, dict[str, Any]] = {"defaults": {}}
+    if model:
+        overrides["defaults"]["model"] = model
+    if base_url:
+        overrides["defaults"]["base_url"] = base_url
+    for item in settings or []:
+        key, equals, raw = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not (equals and dot and section and name):
+            raise InputError(f"--set {item}", "expected SECTION.KEY=VALUE, e.g. planner.model=qwen3:8b")
+        overrides.setdefault(section, {})[name] = toml_value(raw.strip())
+    return {section: values for section, values in overrides.items() if values}
+
+
+def toml_value(raw: str) -> Any:
+    """A --set value read as TOML would read it (0.5 is a number, true a boolean), else as text."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
 
 
 def report_json(report: Report) -> dict[str, Any]:
@@ -82,10 +128,20 @@ def run(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of the path.")
     ] = False,
+    config: ConfigOption = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    set_: SetOption = None,
 ) -> None:
-    """Research QUESTION and write a cited report; prints the report's path."""
+    """Research QUESTION and write a cited report; prints the report's path.
+
+    With no model endpoint configured, the extractive engine plays every role, offline."""
     try:
         text = checked_question(question)
+        from citeflow.llm.settings import load_model_settings
+
+        overrides = model_overrides(model, base_url, set_)
+        load_model_settings(config, overrides=overrides)  # a bad config fails here, before any run
         from citeflow.config import Settings
         from citeflow.web.providers import provider_chain
         from citeflow.web.settings import WebSettings
@@ -101,6 +157,8 @@ def run(
             search=search,
             db=str(db) if db else None,
             reports=str(reports) if reports else None,
+            config=str(config) if config else None,
+            models=overrides,
             return_state=True,
         )
     except CiteflowError as error:
@@ -166,3 +224,33 @@ def sql(
         table.add_row(*("" if value is None else str(value) for value in row))
     out.print(table)
     err.print(f"{len(rows)} rows")
+
+
+models_app = typer.Typer(help="Model endpoints for the roles.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("check")
+def models_check(
+    config: ConfigOption = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    set_: SetOption = None,
+) -> None:
+    """Call each configured endpoint once and report, per role, what works and what does not."""
+    from citeflow.llm.check import CheckStatus, check_models
+    from citeflow.llm.settings import load_model_settings
+
+    try:
+        checks = check_models(load_model_settings(config, overrides=model_overrides(model, base_url, set_)))
+    except CiteflowError as error:
+        fail(error)
+    for check in checks:
+        where = f" {check.model} at {check.endpoint}" if check.model else ""
+        timing = f" in {check.latency_seconds:.2f}s" if check.latency_seconds is not None else ""
+        fmt = f", {check.reply_format}" if check.reply_format else ""
+        status = check.status.value.replace("_", " ")
+        line = f"{check.role}: {status}{where}{timing}{fmt}. {check.detail}"
+        out.print(line.rstrip(), highlight=False, soft_wrap=True)
+    if any(check.status is CheckStatus.failed for check in checks):
+        raise typer.Exit(1)

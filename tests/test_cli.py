@@ -116,3 +116,42 @@ def test_sql_reads_and_refuses_writes(docs_db: Path) -> None:
     assert read.exit_code == 0 and json.loads(read.stdout) == {"pages": before}
     assert write.exit_code == 1 and "DELETE" in write.stderr.upper()
     assert page_count(docs_db) == before
+
+
+def test_models_check_reports_each_role_and_fails_on_a_bad_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.openai_server import ScriptedServer, json_reply
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    with ScriptedServer() as server:
+        server.enqueue(json_reply({"ok": True}))
+        good = runner.invoke(app, ["models", "check", "--base-url", server.url, "--model", "small"])
+        wrong = runner.invoke(
+            app,
+            [
+                "models",
+                "check",
+                "--base-url",
+                server.url,
+                "--model",
+                "small",
+                "--set",
+                "critic.base_url=http://127.0.0.1:9/v1",
+            ],
+        )
+
+    assert good.exit_code == 0, good.output
+    assert f"planner: ok small at {server.url}" in good.stdout
+    assert "query_writer: not configured" in good.stdout
+    assert wrong.exit_code == 1
+    assert "critic: failed small at http://127.0.0.1:9/v1" in wrong.stdout
+    assert "sk-test-not-a-real-key" not in good.stdout + wrong.stdout
+
+
+def test_a_malformed_set_flag_is_one_line_and_runs_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "never.duckdb"
+
+    result = runner.invoke(app, ["run", "Who wrote Hamlet?", "--db", str(db), "--set", "planner.model"])
+
+    assert result.exit_code == 1
+    assert "--set planner.model: expected SECTION.KEY=VALUE" in result.stderr
+    assert not db.exists()
