@@ -164,6 +164,8 @@ def run(
     except CiteflowError as error:
         fail(error)
     result = state.result(raise_on_failure=False)
+    if isinstance(result, CiteflowError):
+        fail(result)
     if not isinstance(result, Report):
         err.print(f"[bold red]error:[/] the run crashed: {state.message or result}", soft_wrap=True)
         raise typer.Exit(1)
@@ -175,7 +177,10 @@ def run(
         )
         for caveat in result.caveats:
             err.print(f"  caveat: {caveat}", highlight=False, soft_wrap=True)
-        out.print(result.report_path, highlight=False, soft_wrap=True)
+        if result.report_path:
+            out.print(result.report_path, highlight=False, soft_wrap=True)
+    if result.report_path is None:
+        raise typer.Exit(1)
     if result.status == "failed":
         raise typer.Exit(1)
 

@@ -37,10 +37,12 @@ from citeflow.contracts import (
     Report,
     RunError,
     RunMetrics,
+    RunStatus,
     StageMetrics,
     SubQuestion,
     SynthesisInput,
 )
+from citeflow.errors import CiteflowError
 from citeflow.extractive import extractive_engine
 from citeflow.llm.errors import ModelRejected
 from citeflow.llm.roles import ModelEngine, build_engine
@@ -55,7 +57,11 @@ from tasks.researcher import Researched, research
 from tasks.verifier import select_pages, verify_page
 from tasks.writer import Review, write_report
 
-STAGE_ROLES = {"plan": ("planner", "query_writer"), "verify": ("verifier",), "write": ("synthesiser", "critic")}
+STAGE_ROLES = {
+    "plan": ("planner", "query_writer"),
+    "verify": ("verifier",),
+    "write": ("synthesiser", "critic"),
+}
 
 
 @dataclass
@@ -251,6 +257,10 @@ def research_flow(
     )
     try:
         report = run_stages(store, settings, run_id, question)
+    except CiteflowError as error:  # e.g. a model endpoint refused the key: nothing useful can follow
+        store.add_error(RunError(run_id=run_id, stage="run", detail=str(error)))
+        store.finish_run(run_id, RunStatus.failed, f"No report: {error}", None, RunMetrics())
+        raise
     finally:
         _services.pop(run_id).web.close()
     if report.status == "failed":

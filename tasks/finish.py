@@ -10,6 +10,7 @@ from citeflow.contracts import (
     Claim,
     Report,
     ReportSentence,
+    RunError,
     RunMetrics,
     RunStatus,
     SentenceStatus,
@@ -157,8 +158,17 @@ def finish(
     markdown = render_markdown(question, engine_name, status, subquestions, review, sources, caveats)
     sentences = report_sentences(run_id, review)
     store.add_report_sentences(sentences)
-    path = write_report_file(reports_dir, run_id, question, markdown)
-    store.finish_run(run_id, status, markdown, str(path), metrics)
+    path: str | None = None
+    try:
+        path = str(write_report_file(reports_dir, run_id, question, markdown))
+    except OSError as error:  # a full disk or a read-only folder must not lose the run
+        detail = (
+            f"the report file could not be written in {reports_dir}: {error.strerror or error}; the report "
+            "is kept in the store (runs.report_markdown) and as a Prefect artifact"
+        )
+        store.add_error(RunError(run_id=run_id, stage="finish", detail=detail))
+        caveats = [*caveats, detail]
+    store.finish_run(run_id, status, markdown, path, metrics)
     kept = [sentence for sentence in sentences if sentence.status is SentenceStatus.kept]
     cited = {cite for sentence in kept for cite in sentence.cites}
     return Report(
@@ -166,7 +176,7 @@ def finish(
         question=question,
         status=status,
         markdown=markdown,
-        report_path=str(path),
+        report_path=path,
         sources=[source for source in sources if source.id in cited],
         claims=claims,
         sentences=kept,

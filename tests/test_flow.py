@@ -80,3 +80,20 @@ def test_an_empty_question_fails_before_a_run_starts(prefect_api: None, tmp_path
 
     with pytest.raises(ValidationError, match="the question is empty"):
         research_flow(question="   ", db=str(tmp_path / "x.duckdb"))
+
+
+def test_a_report_file_that_cannot_be_written_loses_nothing(
+    prefect_api: None, docs_db: Path, tmp_path: Path
+) -> None:
+    from flows.research import research_flow
+
+    blocked = tmp_path / "reports"
+    blocked.write_text("a file where the reports folder should be")
+
+    report = research_flow(question=QUESTION, db=str(docs_db), reports=str(blocked))
+
+    assert isinstance(report, Report) and report.report_path is None
+    assert any("the report file could not be written" in caveat for caveat in report.caveats)
+    stored = get_store(docs_db).query(f"SELECT report_markdown FROM runs WHERE run_id = '{report.run_id}'")
+    assert stored[1] == [(report.markdown,)]
+    assert report.sentences
