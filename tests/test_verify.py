@@ -63,7 +63,9 @@ def _verify(drafts: list[ClaimDraft]):  # type: ignore[no-untyped-def]
 
 
 def test_verified_claim_stores_the_pages_own_quote_and_offsets() -> None:
-    [claim] = _verify([ClaimDraft(text="He directed Inception in 2010.", quote='He directed "Inception" (2010)')])
+    [claim] = _verify(
+        [ClaimDraft(text="He directed Inception in 2010.", quote='He directed "Inception" (2010)')]
+    )
     assert claim.status is ClaimStatus.verified
     assert claim.id == "C3.1"
     assert (claim.run_id, claim.subquestion_id, claim.page_id) == ("run-1", "q2", "p1")
@@ -83,7 +85,9 @@ def test_each_rejection_reason() -> None:
             ClaimDraft(
                 text="Nolan has 11 Academy Awards.", quote="Nolan's films have earned 11 Academy Awards."
             ),
-            ClaimDraft(text="His films won 11 awards.", quote="Nolan\u2019s films have earned 11 Academy Awards."),
+            ClaimDraft(
+                text="His films won 11 awards.", quote="Nolan\u2019s films have earned 11 Academy Awards."
+            ),
         ]
     )
     assert [claim.id for claim in claims] == ["C3.1", "C3.2", "C3.3", "C3.4", "C3.5"]
