@@ -11,14 +11,14 @@ from typing import Any
 
 import yaml
 from prefect import serve
-from prefect.schedules import Cron
+from prefect.schedules import Cron, Schedule
 
 from flows.research import research_flow
 
 PREFECT_YAML = Path(__file__).resolve().parent.parent / "prefect.yaml"
 
 
-def schedules_of(deployment: dict[str, Any]) -> list[Cron]:
+def schedules_of(deployment: dict[str, Any]) -> list[Schedule]:
     return [
         Cron(
             schedule["cron"],

@@ -243,9 +243,8 @@ def research_flow(
     CITEFLOW_REPORTS, or the defaults). `config` names a citeflow.toml for the model roles and
     `models` overrides its sections, e.g. {"defaults": {"model": "qwen3:8b"}}; with no endpoint
     configured the extractive engine plays every role."""
-    overrides = {
-        name: value for name, value in {"search": search, "db": db, "reports": reports}.items() if value
-    }
+    chosen: dict[str, Any] = {"search": search, "db": db, "reports": reports}
+    overrides = {name: value for name, value in chosen.items() if value}
     settings = Settings(**overrides)
     question = Question(text=question).text
     model_settings = load_model_settings(Path(config) if config else None, overrides=models)
@@ -291,9 +290,9 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
     update_progress_artifact(progress, 10.0)
 
     with clock.stage("research") as metrics:
-        futures = research_task.map(unmapped(run_id), unmapped(settings), subquestions)
+        researching = research_task.map(unmapped(run_id), unmapped(settings), subquestions)
         researched: list[Researched] = settled(
-            store, run_id, "research", futures, [s.id for s in subquestions]
+            store, run_id, "research", researching, [s.id for s in subquestions]
         )
         for one in researched:
             logger.info("research %s", one.summary)
@@ -311,11 +310,11 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
 
     by_id = {sub.id: sub for sub in subquestions}
     with clock.stage("verify") as metrics:
-        futures = [
+        verifying = [
             verify_task.submit(run_id, settings, by_id[subquestion_id], page_id, f"C{n}")
             for n, (page_id, subquestion_id) in enumerate(pages, start=1)
         ]
-        settled(store, run_id, "verify", futures, [subquestion_id for _, subquestion_id in pages])
+        settled(store, run_id, "verify", verifying, [subquestion_id for _, subquestion_id in pages])
         record_degradations(store, run_id, models, "verify")
         numbered = store.number_sources(run_id)
         claims = store.claims(run_id, ClaimStatus.verified)
