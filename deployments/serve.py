@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 from prefect import serve
+from prefect.deployments.runner import RunnerDeployment
 from prefect.schedules import Cron, Schedule
 
 from flows.research import research_flow
@@ -34,20 +35,22 @@ def declared_deployments(path: Path = PREFECT_YAML) -> list[dict[str, Any]]:
     return yaml.safe_load(path.read_text(encoding="utf-8"))["deployments"]
 
 
-def main() -> None:
-    serve(
-        *(
-            research_flow.to_deployment(
-                name=deployment["name"],
-                description=deployment.get("description"),
-                tags=deployment.get("tags", []),
-                parameters=deployment.get("parameters", {}),
-                concurrency_limit=deployment.get("concurrency_limit"),
-                schedules=schedules_of(deployment),
-            )
-            for deployment in declared_deployments()
+def runner_deployments(path: Path = PREFECT_YAML) -> list[RunnerDeployment]:
+    return [
+        research_flow.to_deployment(
+            name=deployment["name"],
+            description=deployment.get("description"),
+            tags=deployment.get("tags", []),
+            parameters=deployment.get("parameters", {}),
+            concurrency_limit=deployment.get("concurrency_limit"),
+            schedules=schedules_of(deployment),
         )
-    )
+        for deployment in declared_deployments(path)
+    ]
+
+
+def main() -> None:
+    serve(*runner_deployments())
 
 
 if __name__ == "__main__":
