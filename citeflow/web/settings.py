@@ -1,8 +1,9 @@
 """Settings for web research: timeouts, caps, politeness, providers and the host allowlist.
 
 Caps are enforced by the fetcher in code; these values only choose them. Environment variables
-SEARXNG_URL, CITEFLOW_ALLOW_HOSTS and the Tavily key (named by `tavily_key_env`) are read by
-`WebSettings.from_env`, so tests can build settings without touching the environment.
+SEARXNG_URL, CITEFLOW_ALLOW_HOSTS, CITEFLOW_PROVIDER_ORDER and the Tavily key (named by
+`tavily_key_env`) are read by `WebSettings.from_env`, so tests can build settings without touching
+the environment.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ def parse_allow_hosts(value: str) -> frozenset[tuple[str, int]]:
             )
         pairs.add((host.strip("[]").lower(), int(port)))
     return frozenset(pairs)
+
+
+def parse_provider_order(value: str) -> tuple[str, ...]:
+    """`searxng,local` -> ('searxng', 'local'). Naming only the chosen provider leaves no fallback,
+    which keeps a run off the public web (duckduckgo, wikipedia) on a machine that must not reach it."""
+    return tuple(name.strip().lower() for name in value.split(",") if name.strip())
 
 
 class WebSettings(BaseModel):
@@ -88,5 +95,7 @@ class WebSettings(BaseModel):
             "tavily_api_key": env.get(key_env) or None,
             "allow_hosts": parse_allow_hosts(env.get("CITEFLOW_ALLOW_HOSTS", "")),
         }
+        if order := parse_provider_order(env.get("CITEFLOW_PROVIDER_ORDER", "")):
+            values["provider_order"] = order
         values.update(overrides)
         return cls.model_validate(values)
