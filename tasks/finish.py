@@ -148,7 +148,7 @@ def finish(
     """Assemble, store and write the report. `claims` are the verified claims of the run;
     `budget_caveats` say what the model budget stopped, if anything."""
     errors = [
-        f"{error.stage} failed"
+        f"{error.stage}"
         + (f" for {error.subquestion_id}" if error.subquestion_id else "")
         + f": {error.detail}"
         for error in store.errors(run_id)
