@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from citeflow.checks import mechanical_critique
+from citeflow.config import Caps
 from citeflow.contracts import (
     ClaimDraft,
     ClaimStatus,
@@ -23,7 +24,7 @@ from citeflow.contracts import (
     SynthesisInput,
 )
 from citeflow.roles import Engine
-from citeflow.text import STOPWORDS, content_stems, content_words, normalise, split_sentences
+from citeflow.text import STOPWORDS, content_stems, content_words, normalise, prose_sentences
 
 # Sub-question queries whose content words overlap this much (Jaccard) repeat each other.
 QUERY_OVERLAP_DUPLICATE = 0.9
@@ -31,6 +32,12 @@ QUERY_OVERLAP_DUPLICATE = 0.9
 SENTENCE_OVERLAP_DUPLICATE = 0.8
 # The question's words beyond its names make a sub-question of their own from this many on.
 REMAINDER_MIN_WORDS = 2
+# Facets fill a plan only for a question with this many distinct content words: fewer make no
+# searches that differ from the question's own.
+FACET_MIN_TERMS = 3
+# The subject of "How does X ...?" has at most this many words: in a longer run of content words
+# ("How does the evidence store keep old pages?") the verb is somewhere inside it.
+SUBJECT_MAX_WORDS = 3
 # Quotes shorter than this prove nothing (the verifier's default minimum).
 FRAGMENT_MIN_CHARS = 20
 # A page's first sentence usually defines its subject: a small bonus, as a share of the best score.
@@ -88,6 +95,23 @@ _PREPOSITIONS = frozenset(["in", "of", "from", "at", "on", "with", "for", "by", 
 _AGE = re.compile(r"\b(older|oldest|younger|youngest|born first|born earlier)\b", re.IGNORECASE)
 _FIRST = re.compile(r"\b(first|earlier|earliest)\b", re.IGNORECASE)
 _EVENT = re.compile(r"\b(formed|founded|published|released|established|created|built|opened|started)\b")
+# A key phrase of the question follows one of these: "a quote", "on the page". ("that" is left out: in a
+# question it mostly opens a clause, "check that a quote appears".)
+_DETERMINERS = frozenset(
+    "a an the this these those its their his her our your my each every any some most several".split()  # noqa: SIM905
+)
+# Participles that do not end in -ed: "a painter known for", "the singer born in".
+_PARTICIPLES = frozenset(
+    "known born made taken given written seen done built held won sold told found grown shown drawn".split()  # noqa: SIM905
+)
+_SINGULAR_DETERMINERS = frozenset(["a", "an", "this", "each", "every"])
+_PHRASE_OPENERS = _DETERMINERS | _PREPOSITIONS | frozenset(["about", "into", "during", "between", "through"])
+# "What city", "which college": the kind of thing asked for, not a topic to search.
+_ASKING = frozenset(["what", "which", "whose", "how", "many", "much"])
+# "How does citeflow check ...": after these the first words are the subject, then its verb.
+_MECHANISM_OPENERS = frozenset(["how", "why", "what"])
+_DO_AUXILIARIES = frozenset(["do", "does", "did", "can", "could", "will", "would", "should"])
+_PHRASE_TOKEN = re.compile(r"[\w'-]+|[^\w\s]")
 
 
 @dataclass(frozen=True)
@@ -293,9 +317,102 @@ def _distinct(candidates: list[tuple[str, str]], limit: int) -> list[tuple[str, 
     return chosen
 
 
+@dataclass(frozen=True)
+class _Phrase:
+    words: tuple[str, ...]  # lower-case content words: "quote", "tornado outbreaks"
+    shown: str  # as the question put it, with its article: "a quote", "the two tornado outbreaks"
+    subject: bool  # the subject of "How does X ...?"
+
+
+def _is_verb_form(word: str) -> bool:
+    """A past form or participle ("translated", "known"), which ends a noun phrase; not "speed"."""
+    return word in _PARTICIPLES or (len(word) >= 4 and word.endswith("ed") and not word.endswith("eed"))
+
+
+def _trim_phrase(run: list[str], opener: str, subject: bool) -> list[str]:
+    """The noun phrase within a run of content words: verbs that follow it are cut off.
+
+    "citeflow check" (the subject, then its verb) -> "citeflow"; "a quote appears" (a singular noun,
+    then a verb in -s) -> "quote"; "tornado outbreaks killed" -> "tornado outbreaks".
+    """
+    while run and _is_verb_form(run[-1]):
+        run = run[:-1]
+    singular_then_verb = opener in _SINGULAR_DETERMINERS and len(run) > 1 and re.search(r"[^su]s$", run[-1])
+    if len(run) > 1 and (subject or singular_then_verb):
+        run = run[:-1]
+    return run
+
+
+def _is_content(token: str) -> bool:
+    return token[:1].isalnum() and token not in STOPWORDS
+
+
+def key_phrases(question: str) -> list[_Phrase]:
+    """The question's key terms beyond its names, in order: the noun phrases after an article or a
+    preposition, and the subject of "How/Why/What does X ...?". Rule-based, so rough; each phrase
+    only has to make a search of its own."""
+    text = normalise(question)
+    for entity in sorted(question_entities(text), key=len, reverse=True):
+        text = text.replace(entity, " , ")  # names are searched for already; a comma ends a phrase
+    tokens = _PHRASE_TOKEN.findall(text)
+    lowered = [token.casefold() for token in tokens]
+    mechanism = len(lowered) > 2 and lowered[0] in _MECHANISM_OPENERS and lowered[1] in _DO_AUXILIARIES
+    phrases: list[_Phrase] = []
+    index = 0
+    while index < len(tokens):
+        if not _is_content(lowered[index]):
+            index += 1
+            continue
+        start = index
+        while index < len(tokens) and _is_content(lowered[index]):
+            index += 1
+        opener = lowered[start - 1] if start else ""
+        subject = mechanism and not phrases and all(word in _DETERMINERS for word in lowered[2:start])
+        if opener in _ASKING or not (subject or opener in _PHRASE_OPENERS):
+            continue
+        if subject and index - start > SUBJECT_MAX_WORDS:
+            continue
+        run = _trim_phrase(lowered[start:index], opener, subject)
+        if not run or len(" ".join(run)) < 3:
+            continue
+        article = opener if opener in _DETERMINERS else ""
+        if article not in ("", "a", "an", "the"):  # "their bands" means nothing out of its question
+            article = "the"
+        shown = " ".join([*([article] if article else []), *tokens[start : start + len(run)]])
+        phrases.append(_Phrase(tuple(run), shown, subject))
+    return phrases
+
+
+def _facets(question: str, mentioned: list[str], topic: list[str]) -> list[tuple[str, str]]:
+    """Further searches for a question that names few things: what its subject is ("How does X
+    work?" -> "What is X?"), then what the evidence says about each of its key phrases.
+
+    A phrase's query is the phrase and the question's names, which anchor it; with no names, the
+    phrase and the question's other content words minus the other phrases, so each query pulls
+    towards its own phrase.
+    """
+    phrases = key_phrases(question)
+    named = [word for name in mentioned for word in content_words(name)]
+    facets = []
+    for phrase in phrases:
+        if phrase.subject:
+            verb = "are" if re.search(r"[^su]s$", phrase.words[-1]) else "is"
+            facets.append((f"What {verb} {phrase.shown}?", " ".join(phrase.words)))
+            continue
+        others = {word for other in phrases if other != phrase for word in other.words}
+        anchor = named or [word for word in topic if word not in others]
+        query = " ".join(dict.fromkeys([*phrase.words, *anchor]))
+        facets.append((f"What does the evidence say about {phrase.shown}?", query))
+    return facets
+
+
+@dataclass(frozen=True)
 class ExtractivePlanner:
     """Sub-questions by rules: the question itself, one per side of a comparison, one per entity, and
-    one for what the question asks beyond its names (often the page that links two entities)."""
+    one for what the question asks beyond its names (often the page that links two entities). A plan
+    still short of `min_subquestions` is filled with facets: the question's subject and key phrases."""
+
+    min_subquestions: int = Caps().subquestions_min
 
     def plan(self, question: str, max_subquestions: int) -> list[SubQuestion]:
         question = normalise(question)
@@ -328,28 +445,29 @@ class ExtractivePlanner:
             candidates.append(
                 (f"What does the evidence say about the other terms of the question ({terms})?", terms)
             )
+        chosen = _distinct(candidates, max_subquestions)
+        target = min(self.min_subquestions, max_subquestions)
+        if len(chosen) < target and len(set(topic)) >= FACET_MIN_TERMS:
+            chosen = _distinct(candidates + _facets(question, mentioned, topic), target)
         return [
             SubQuestion(id=f"q{position + 1}", position=position, text=text, query=query)
-            for position, (text, query) in enumerate(_distinct(candidates, max_subquestions))
+            for position, (text, query) in enumerate(chosen)
         ]
 
 
 class ExtractiveExtractor:
-    """The page's own sentences that best match the sub-question, each quoted verbatim.
+    """The page's own prose sentences that best match the sub-question, each quoted verbatim.
 
     Sentences are ranked by the stems they share with the sub-question's query, each weighted by its
     rarity within the page; the first sentence, which usually defines the page's subject, gets a
     small bonus; ties go to the earlier sentence. A page sharing no stem with the query gives
     nothing. Otherwise the top `limit` are taken even when some share nothing: search judged the
-    page relevant, and a short page's every sentence is usually about its subject.
+    page relevant, and a short page's every sentence is usually about its subject. Markdown headings,
+    code, table rows and fragments are never proposed (`prose_sentences`).
     """
 
     def extract(self, subquestion: SubQuestion, page: Page, limit: int) -> list[ClaimDraft]:
-        sentences = [
-            span.text
-            for span in split_sentences(page.text)
-            if len(normalise(span.text)) >= FRAGMENT_MIN_CHARS
-        ]
+        sentences = [span.text for span in prose_sentences(page.text, FRAGMENT_MIN_CHARS)]
         bags = [set(content_stems(sentence)) for sentence in sentences]
         query = set(content_stems(subquestion.query))
         frequency = {stem: sum(stem in bag for bag in bags) for stem in query}

@@ -168,11 +168,16 @@ def _boundaries(text: str) -> list[int]:
             continue
         if _starts_sentence(text, after):
             cuts.append(end)
-    # A line break ends a sentence unless the next line continues it in lower case (a wrapped line):
-    # headings and list items carry no full stop but are not part of the following paragraph.
+    # A line break ends a sentence unless the next line continues it in lower case or with inline code
+    # (a wrapped line): headings and list items carry no full stop but are not part of the following
+    # paragraph. A blank line always ends one: it ends the paragraph.
     for match in re.finditer(r"\n\s*", text):
         following = match.end()
-        if following < len(text) and not text[following].islower():
+        if following == len(text):
+            continue
+        inline_code = text[following] == "`" and not text.startswith("```", following)  # not a fence
+        wrapped = text[following].islower() or inline_code
+        if not wrapped or match.group().count("\n") > 1:
             cuts.append(match.start())
     return sorted(set(cuts))
 
@@ -240,3 +245,85 @@ def names(text: str) -> list[str]:
         if len(token) > 1 and token[0].isupper() and token.casefold() not in STOPWORDS:
             found.append(token)
     return found
+
+
+# Markdown that is not prose: a heading, a table row, and the fence line that opens or closes code.
+_HEADING_LINE = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
+_TABLE_LINE = re.compile(r"^[ \t]*\|")
+_FENCE_LINE = re.compile(r"^[ \t]{0,3}(?:```|~~~)")
+# List and block-quote markers lead a line but are not part of the sentence: "- ", "* ", "2. ", "> ".
+_LINE_MARKER = re.compile(r"^(?:[-*+>]|\d{1,3}[.)])[ \t]+")
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+_PARENTHESISED = re.compile(r"\([^()]*\)")
+# A sentence that is more inline code than words lists identifiers; one that is mostly punctuation is
+# markup or a fragment ("Q).", "1243 )."); one of so few words outside code says nothing on its own.
+PROSE_MAX_CODE_SHARE = 0.5
+PROSE_MIN_ALNUM_SHARE = 0.6
+PROSE_MIN_WORDS = 4
+
+
+def _non_prose_ranges(text: str) -> list[tuple[int, int]]:
+    """[start, end) ranges of `text` on Markdown heading or table lines, or inside code fences."""
+    ranges: list[tuple[int, int]] = []
+    fence_start: int | None = None
+    for line in re.finditer(r"[^\n]*\n?", text):
+        if not line.group():
+            break
+        if _FENCE_LINE.match(line.group()):
+            if fence_start is None:
+                fence_start = line.start()
+            else:
+                ranges.append((fence_start, line.end()))
+                fence_start = None
+        elif fence_start is None and (_HEADING_LINE.match(line.group()) or _TABLE_LINE.match(line.group())):
+            ranges.append((line.start(), line.end()))
+    if fence_start is not None:  # an unclosed fence runs to the end, as Markdown renders it
+        ranges.append((fence_start, len(text)))
+    return ranges
+
+
+def _without_marker(span: Span) -> Span:
+    """The span minus a leading list or block-quote marker: still a verbatim substring of the page."""
+    marker = _LINE_MARKER.match(span.text)
+    if not marker:
+        return span
+    return Span(span.start + marker.end(), span.end, span.text[marker.end() :])
+
+
+def reads_as_prose(sentence: str) -> bool:
+    """Whether a sentence is words rather than code, a list of `identifiers`, markup or a fragment.
+
+    Words inside inline code do not count, nor, in a sentence with inline code, the parenthesised
+    glosses of it: "`reason` (why it was rejected), `source_id` (its source)." lists fields, it says
+    nothing. A sentence ending in a colon introduces what follows it, which is not in the quote.
+    """
+    visible = sum(not char.isspace() for char in sentence)
+    outside_code = _INLINE_CODE.sub(" ", sentence)
+    prose = [char for char in outside_code if not char.isspace()]
+    alnum = sum(char.isalnum() for char in prose)
+    if outside_code != sentence:
+        outside_code = _PARENTHESISED.sub(" ", outside_code)
+    return (
+        not sentence.endswith(":")
+        and visible - len(prose) <= PROSE_MAX_CODE_SHARE * visible
+        and alnum >= PROSE_MIN_ALNUM_SHARE * len(prose)
+        and len(words(outside_code)) >= PROSE_MIN_WORDS
+    )
+
+
+def prose_sentences(text: str, min_chars: int = 1) -> list[Span]:
+    """The sentences of `text` that read as prose, each a verbatim substring of `text`.
+
+    Ingested Markdown keeps its syntax, and a heading, a code line or a table row is no claim: sentences
+    on heading or table lines or inside code fences are left out, list markers are trimmed off the
+    front, and what is left must read as prose and be at least `min_chars` long once normalised.
+    """
+    skipped = _non_prose_ranges(text)
+    kept = []
+    for span in split_sentences(text):
+        if any(start < span.end and span.start < end for start, end in skipped):
+            continue
+        span = _without_marker(span)
+        if len(normalise(span.text)) >= min_chars and reads_as_prose(span.text):
+            kept.append(span)
+    return kept

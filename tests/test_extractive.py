@@ -22,7 +22,13 @@ from citeflow.contracts import (
     SubQuestion,
     SynthesisInput,
 )
-from citeflow.extractive import ExtractiveExtractor, ExtractivePlanner, extractive_engine, name_spans
+from citeflow.extractive import (
+    ExtractiveExtractor,
+    ExtractivePlanner,
+    extractive_engine,
+    key_phrases,
+    name_spans,
+)
 from citeflow.text import content_words, normalise
 from citeflow.verify import verify_drafts
 
@@ -55,8 +61,9 @@ def test_plans_for_every_eval_question_are_well_formed(eval_questions: list[str]
         assert len(set(keys)) == len(keys), f"repeated query in the plan of {question!r}"
         assert len({" ".join(sub.text.casefold().split()) for sub in plan}) == len(plan)
     if limit >= 3:
-        # Most eval questions name two things; the planner must find them, not stop at the question.
-        assert sum(size >= 3 for size in sizes) >= 60
+        # Most eval questions name two things; the planner must find them, not stop at the question,
+        # and facets (key phrases) fill most of the rest up to three.
+        assert sum(size >= 3 for size in sizes) >= 95
 
 
 @pytest.mark.parametrize(
@@ -130,9 +137,66 @@ def test_no_padding_when_the_question_names_one_thing() -> None:
         "What language were books being translated into during the era of Haymo of Faversham?", 5
     )
     # No "What about Haymo of Faversham?": its query would repeat the question's. What is left once
-    # the name is taken out is a search of its own (the page that links to the named one).
-    assert [sub.query for sub in plan[1:]] == ["language books translated era"]
+    # the name is taken out is a search of its own (the page that links to the named one), and the
+    # key phrase "the era", anchored on the name, is a third.
+    assert [sub.query for sub in plan[1:]] == ["language books translated era", "era haymo faversham"]
+    assert plan[2].text == "What does the evidence say about the era?"
     assert PLANNER.plan("What is it?", 5) == PLANNER.plan("What is it?", 1)
+
+
+QUICKSTART = "How does citeflow check that a quote appears on a page?"
+
+
+def test_an_entity_free_question_gets_its_subject_and_key_phrases_as_sub_questions() -> None:
+    plan = PLANNER.plan(QUICKSTART, 5)
+    assert [(sub.text, sub.query) for sub in plan] == [
+        (QUICKSTART, QUICKSTART),
+        ("What is citeflow?", "citeflow"),
+        # The phrase and the question's other words, minus the other phrases (citeflow, page).
+        ("What does the evidence say about a quote?", "quote check appears"),
+    ]
+    # Facets fill the plan up to the planner's minimum, and the cap still holds.
+    assert len(PLANNER.plan(QUICKSTART, 2)) == 2
+    assert len(PLANNER.plan(QUICKSTART, 1)) == 1
+    wider = ExtractivePlanner(min_subquestions=5).plan(QUICKSTART, 5)
+    assert [sub.query for sub in wider[3:]] == ["page check appears"]
+
+
+@pytest.mark.parametrize(
+    ("question", "shown", "words"),
+    [
+        (QUICKSTART, ["citeflow", "a quote", "a page"], [("citeflow",), ("quote",), ("page",)]),
+        (
+            "Which of the two tornado outbreaks killed the most people?",
+            ["the two tornado outbreaks", "the people"],
+            [("two", "tornado", "outbreaks"), ("people",)],
+        ),
+        # A name is not a key phrase, "what city" is what is asked for, "known" ends the phrase.
+        (
+            "Notable speakers at the Brisbane Institute include a painter known for what city?",
+            ["a painter"],
+            [("painter",)],
+        ),
+        ("How does the verifier work?", ["the verifier"], [("verifier",)]),
+    ],
+)
+def test_key_phrases(question: str, shown: list[str], words: list[tuple[str, ...]]) -> None:
+    phrases = key_phrases(question)
+    assert [phrase.shown for phrase in phrases] == shown
+    assert [phrase.words for phrase in phrases] == words
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How does citeflow work?",  # two content words: nothing to search that the question does not
+        "Charles Andrews graduated from what college preparatory boys' school?",  # no key phrase left
+    ],
+)
+def test_no_facets_that_repeat_the_question(question: str) -> None:
+    plan = PLANNER.plan(question, 5)
+    assert len(plan) < 3
+    assert len({frozenset(content_words(sub.query)) for sub in plan}) == len(plan)
 
 
 def test_name_spans() -> None:
@@ -188,6 +252,37 @@ def test_extractor_respects_the_limit_skips_fragments_and_quotes_verbatim() -> N
     assert all(claim.status is ClaimStatus.verified for claim in claims)
     [best] = ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 1)
     assert best.text == "Hunt had a number of early roles in film and on television."
+
+
+MARKDOWN = make_page(
+    "# How citeflow verifies a quote\n\n"
+    "A claim is kept only if its quote is found in the stored text of the page.\n\n"
+    "## The quote check\n\n"
+    "```python\n"
+    "quote = normalise(quote)  # the quote check\n"
+    "This line in a code fence reads like a quote check sentence.\n"
+    "```\n\n"
+    "| check | what the quote needs |\n"
+    "|-------|----------------------|\n"
+    "| found | the quote is in the page text |\n\n"
+    "- A quote shorter than twenty characters is rejected by the check.\n"
+    "- `quote_start`, `quote_end` (quote offsets).\n",
+    "markdown",
+)
+
+
+def test_extractor_proposes_prose_only_from_a_markdown_page() -> None:
+    subquestion = SubQuestion(id="q1", position=0, text="?", query="quote check page")
+    drafts = ExtractiveExtractor().extract(subquestion, MARKDOWN, 10)
+    # Headings, fenced code, table rows and the list of field names all share the query's words;
+    # none is a claim. The list item is quoted without its marker.
+    assert [draft.quote for draft in drafts] == [
+        "A claim is kept only if its quote is found in the stored text of the page.",
+        "A quote shorter than twenty characters is rejected by the check.",
+    ]
+    claims = verify_drafts(drafts, MARKDOWN, "q1", "run", "C1", 20)
+    assert all(claim.status is ClaimStatus.verified for claim in claims)
+    assert all(MARKDOWN.text[claim.quote_start : claim.quote_end] == claim.quote for claim in claims)
 
 
 def test_extractor_gives_nothing_for_an_unrelated_page() -> None:

@@ -10,6 +10,8 @@ from citeflow.text import (
     normalise,
     normalise_with_map,
     numbers,
+    prose_sentences,
+    reads_as_prose,
     split_sentences,
     stem,
     words,
@@ -106,6 +108,76 @@ def test_split_sentences_offsets_are_verbatim_substrings() -> None:
     for span in spans:
         assert text[span.start : span.end] == span.text
         assert span.text == span.text.strip()
+
+
+def test_split_sentences_joins_lines_wrapped_before_inline_code_and_breaks_at_blank_lines() -> None:
+    text = "Ids are plain text: claims are\n`C1, C2` and sources `S1`.\n\nnext paragraph in lower case."
+    assert _texts(text) == [
+        "Ids are plain text: claims are\n`C1, C2` and sources `S1`.",
+        "next paragraph in lower case.",
+    ]
+
+
+MARKDOWN = """# How citeflow works
+
+Citeflow is a research assistant built as a Prefect workflow. It needs no key.
+
+## Tables
+
+| table | what it holds |
+|-------|---------------|
+| runs | one row per run. Its status and question. |
+
+```sh
+citeflow sql "SELECT 1"
+This line is inside a code fence and reads like prose.
+```
+
+The latest runs, with their status:
+
+- The planner splits the question into sub-questions.
+2. The verifier reads each page once per run.
+> A quoted remark that still reads as prose.
+- `run_id`, `id` (`q1`, ...), `position` (order in the report), `text` (as shown).
+- A run that is still `running` with no `ended_at` was interrupted.
+- Yes, it does.
+"""
+
+
+def test_prose_sentences_of_a_markdown_page() -> None:
+    spans = prose_sentences(MARKDOWN, min_chars=20)
+    assert [span.text for span in spans] == [
+        "Citeflow is a research assistant built as a Prefect workflow.",
+        "The planner splits the question into sub-questions.",
+        "The verifier reads each page once per run.",
+        "A quoted remark that still reads as prose.",
+        "A run that is still `running` with no `ended_at` was interrupted.",
+    ]
+    # Markers are trimmed by moving the start: every span is still verbatim.
+    assert all(MARKDOWN[span.start : span.end] == span.text for span in spans)
+
+
+def test_an_unclosed_code_fence_runs_to_the_end() -> None:
+    text = "A sentence before the code block.\n```\nprint('this is code and not a sentence')\n"
+    assert [span.text for span in prose_sentences(text)] == ["A sentence before the code block."]
+
+
+@pytest.mark.parametrize(
+    ("sentence", "prose"),
+    [
+        ("Helen Hunt (born June 15, 1963) is an American actress.", True),
+        ("(He is not related to fellow director Charles Vidor).", True),
+        ("Change the file with `--db` or with the `CITEFLOW_DB` variable.", True),
+        ("`reason` (why it was rejected), `source_id` (the source it is cited as).", False),
+        ("Restrict it with `fts_main_pages.match_bm25(id, 'basalt', fields := 'title')`.", False),
+        ("The latest runs, with their status:", False),
+        ("|---|---|---|---|---| a b |", False),
+        ("Q). 1243 ).", False),
+        ("It does.", False),
+    ],
+)
+def test_reads_as_prose(sentence: str, prose: bool) -> None:
+    assert reads_as_prose(sentence) is prose
 
 
 def test_split_sentences_of_nothing() -> None:
