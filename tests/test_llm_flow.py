@@ -228,8 +228,10 @@ def test_a_critic_that_never_approves_stops_after_two_revisions(
 def test_the_budget_reached_mid_run_stops_calls_and_labels_the_report(
     prefect_api: None, server: RoleServer, acme_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # With replies of at most 600 tokens, the plan and the pages' verification fit; the report does not.
-    budget = 2500
+    # Calls reserve their prompt plus 600 reply tokens: the plan (~350 tokens spent) and one page's
+    # verification (~1,050 reserved) fit, with 200-300 tokens to spare either way; the second page's
+    # verification and the report do not, whether the two pages are verified in turn or at once.
+    budget = 1700
     monkeypatch.setenv("CITEFLOW_CAPS__TOKEN_BUDGET", str(budget))
 
     state, report = run(server, acme_db, tmp_path, max_output_tokens=600)
@@ -245,13 +247,13 @@ def test_the_budget_reached_mid_run_stops_calls_and_labels_the_report(
     assert sum(p + c for _, _, p, c in calls) <= budget
     assert report.metrics.tokens_in + report.metrics.tokens_out <= budget
     assert {"planner", "verifier"} <= {role for role, *_ in made}  # stopped mid-run, not at the start
-    assert "synthesiser" in {role for role, *_ in skipped}
+    assert {"verifier", "synthesiser"} <= {role for role, *_ in skipped}
     assert all(p == c == 0 for *_, p, c in skipped)
     assert len(made) == len(server.requests)  # a refused call never reached the server
-    assert any("The model budget (2,500 tokens) was reached" in caveat for caveat in report.caveats)
-    assert "The model budget (2,500 tokens) was reached" in report.markdown
-    assert report.status in (RunStatus.partial, RunStatus.failed)
-    assert state.is_completed() == (report.status is RunStatus.partial)
+    assert any("The model budget (1,700 tokens) was reached" in caveat for caveat in report.caveats)
+    assert "The model budget (1,700 tokens) was reached" in report.markdown
+    # The one page verified still makes a report: the extractive fallback wrote it from its claims.
+    assert state.is_completed() and report.status is RunStatus.partial and report.sentences
 
 
 def test_every_quote_missing_from_its_page_gives_no_report_and_says_why(
@@ -383,7 +385,7 @@ def test_a_500_storm_on_the_synthesiser_degrades_to_the_extractive_report(
     assert len(errors) == 1
     assert "the synthesiser fell back to its default (report)" in errors[0].detail
     assert "2 attempt(s) failed, the last with HTTP 500" in errors[0].detail
-    assert any(c.startswith("write failed: the synthesiser fell back") for c in report.caveats)
+    assert any(c.startswith("write") and errors[0].detail in c for c in report.caveats)
     assert "the synthesiser fell back to its default" in report.markdown
     failed = rows(
         store,
