@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from openai_server import Received, Reply, ScriptedServer, json_reply  # noqa: E402
+from openai_server import EVIDENCE_LINE, UNTRUSTED_BLOCK, Received, Reply, ScriptedServer, json_reply, role_of  # noqa: E402
 
 from citeflow.contracts import ClaimStatus, Report  # noqa: E402
 from citeflow.prefect_env import apply_prefect_defaults  # noqa: E402
@@ -42,15 +42,6 @@ from storage.ingest import ingest_paths  # noqa: E402
 from storage.store import get_store  # noqa: E402
 
 DEFAULT_EVAL = REPO.parent / "shared" / "eval"
-UNTRUSTED_BLOCK = re.compile(r'<(untrusted-[0-9a-f]{16}) label="([^"]*)">\n(.*?)\n</\1>', re.DOTALL)
-EVIDENCE_LINE = re.compile(r"^\[(S\d+)\] \((q\d+)\) (.+)$", re.MULTILINE)
-# The reply type each role asks for (citeflow/llm/prompts.py), as named in its response_format.
-ROLE_BY_SCHEMA = {
-    "PlanReply": "planner",
-    "ClaimsReply": "verifier",
-    "Draft": "synthesiser",
-    "Critique": "critic",
-}
 
 
 def block(received: Received, label: str) -> str:
@@ -106,19 +97,16 @@ class ModelServer(ScriptedServer):
         super().__init__()
         self.model = model
 
-    def _next(self, received: Received) -> Reply:
-        with self._lock:
-            self.requests.append(received)
-            self._in_flight += 1  # the base class's handler counts it down when the reply is sent
-        schema = received.body.get("response_format", {}).get("json_schema", {}).get("name", "")
+    def answer(self, received: Received) -> Reply:
+        role = role_of(received)
         answer = {
             "planner": self.model.plan,
             "verifier": self.model.verify,
             "synthesiser": self.model.synthesise,
             "critic": self.model.critique,
-        }.get(ROLE_BY_SCHEMA.get(schema, ""))
+        }.get(role)
         if answer is None:
-            return Reply(status=400, error=f"no scripted role asks for {schema or 'no schema'}")
+            return Reply(status=400, error=f"the scripted model plays no {role} role")
         reply = json_reply(answer(received))
         return replace(reply, usage=(len(received.prompt) // 4 + 1, len(reply.content) // 4 + 1))
 

@@ -9,6 +9,7 @@ HTTP 500 "no scripted reply", so a test that makes more calls than it scripted f
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -46,6 +47,24 @@ class Received:
         return "\n".join(m["content"] for m in self.body["messages"])
 
 
+# The reply type each role asks for (citeflow/llm/prompts.py), as named in its response_format.
+ROLE_BY_SCHEMA = {
+    "PlanReply": "planner",
+    "QueriesReply": "query_writer",
+    "ClaimsReply": "verifier",
+    "Draft": "synthesiser",
+    "Critique": "critic",
+}
+UNTRUSTED_BLOCK = re.compile(r'<(untrusted-[0-9a-f]{16}) label="([^"]*)">\n(.*?)\n</\1>', re.DOTALL)
+EVIDENCE_LINE = re.compile(r"^\[(S\d+)\] \((q\d+)\) (.+)$", re.MULTILINE)
+
+
+def role_of(received: Received) -> str:
+    """Which role sent the request, from the reply type it asks for."""
+    schema = received.body.get("response_format", {}).get("json_schema", {}).get("name", "")
+    return ROLE_BY_SCHEMA.get(schema, "unknown")
+
+
 class ScriptedServer:
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
@@ -74,11 +93,16 @@ class ScriptedServer:
         self._http.shutdown()
         self._http.server_close()
 
-    def _next(self, received: Received) -> Reply:
+    def reply_to(self, received: Received) -> Reply:
         with self._lock:
             self.requests.append(received)
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        return self.answer(received)
+
+    def answer(self, received: Received) -> Reply:
+        """The next scripted reply; a subclass may answer by what the request asks instead."""
+        with self._lock:
             if self.replies:
                 return self.replies.popleft()
             return self.default or Reply(status=500, error="no scripted reply left")
@@ -99,7 +123,7 @@ class ScriptedServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 headers = {name.lower(): value for name, value in self.headers.items()}
-                reply = server._next(Received(self.path, headers, body, time.monotonic()))
+                reply = server.reply_to(Received(self.path, headers, body, time.monotonic()))
                 try:
                     time.sleep(reply.delay)
                     if reply.drop:

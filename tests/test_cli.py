@@ -119,7 +119,7 @@ def test_sql_reads_and_refuses_writes(docs_db: Path) -> None:
 
 
 def test_models_check_reports_each_role_and_fails_on_a_bad_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.openai_server import ScriptedServer, json_reply
+    from openai_server import ScriptedServer, json_reply
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     with ScriptedServer() as server:

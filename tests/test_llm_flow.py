@@ -8,7 +8,6 @@ concurrent verify tasks reach the server does not matter. Each test replaces one
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_server import Received, Reply, ScriptedServer, json_reply
+from openai_server import EVIDENCE_LINE, UNTRUSTED_BLOCK, Received, Reply, ScriptedServer, json_reply, role_of
 from prefect.states import State
 from typer.testing import CliRunner
 
@@ -55,23 +54,8 @@ PLAN = {
         {"text": "What does Acme Corp make?", "query": "Acme Corp products anvils rockets"},
     ]
 }
-UNTRUSTED_BLOCK = re.compile(r'<(untrusted-[0-9a-f]{16}) label="([^"]*)">\n(.*?)\n</\1>', re.DOTALL)
-EVIDENCE_LINE = re.compile(r"^\[(S\d+)\] \((q\d+)\) (.+)$", re.MULTILINE)
-# The reply type each role asks for (citeflow/llm/prompts.py), as named in its response_format.
-ROLE_BY_SCHEMA = {
-    "PlanReply": "planner",
-    "QueriesReply": "query_writer",
-    "ClaimsReply": "verifier",
-    "Draft": "synthesiser",
-    "Critique": "critic",
-}
 
 Handler = Callable[[Received, int], Reply]  # (request, how many calls of this role came before) -> reply
-
-
-def role_of(received: Received) -> str:
-    schema = received.body.get("response_format", {}).get("json_schema", {}).get("name", "")
-    return ROLE_BY_SCHEMA.get(schema, "unknown")
 
 
 def blocks(received: Received, label: str) -> list[str]:
@@ -129,11 +113,7 @@ class RoleServer(ScriptedServer):
         self.calls: Counter[str] = Counter()
         self._dispatch_lock = threading.Lock()
 
-    def _next(self, received: Received) -> Reply:
-        with self._lock:
-            self.requests.append(received)
-            self._in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+    def answer(self, received: Received) -> Reply:
         role = role_of(received)
         with self._dispatch_lock:  # a handler may count its calls; keep the count per role exact
             n = self.calls[role]

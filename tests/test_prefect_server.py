@@ -14,8 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from tests.conftest import REPO
+from conftest import REPO
 
 pytestmark = pytest.mark.server
 BIN = Path(sys.executable).parent
