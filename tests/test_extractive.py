@@ -63,7 +63,7 @@ def test_plans_for_every_eval_question_are_well_formed(eval_questions: list[str]
     if limit >= 3:
         # Most eval questions name two things; the planner must find them, not stop at the question,
         # and facets (key phrases) fill most of the rest up to three.
-        assert sum(size >= 3 for size in sizes) >= 95
+        assert sum(size >= 3 for size in sizes) >= 90
 
 
 @pytest.mark.parametrize(
@@ -136,11 +136,10 @@ def test_no_padding_when_the_question_names_one_thing() -> None:
     plan = PLANNER.plan(
         "What language were books being translated into during the era of Haymo of Faversham?", 5
     )
-    # No "What about Haymo of Faversham?": its query would repeat the question's. What is left once
-    # the name is taken out is a search of its own (the page that links to the named one), and the
-    # key phrase "the era", anchored on the name, is a third.
-    assert [sub.query for sub in plan[1:]] == ["language books translated era", "era haymo faversham"]
-    assert plan[2].text == "What does the evidence say about the era?"
+    # No "What about Haymo of Faversham?" nor "What about the era?" (its one key phrase): their queries
+    # would repeat the question's. What is left once the name is taken out is a search of its own
+    # (the page that links to the named one).
+    assert [sub.query for sub in plan[1:]] == ["language books translated era"]
     assert PLANNER.plan("What is it?", 5) == PLANNER.plan("What is it?", 1)
 
 
@@ -283,6 +282,16 @@ def test_extractor_proposes_prose_only_from_a_markdown_page() -> None:
     claims = verify_drafts(drafts, MARKDOWN, "q1", "run", "C1", 20)
     assert all(claim.status is ClaimStatus.verified for claim in claims)
     assert all(MARKDOWN.text[claim.quote_start : claim.quote_end] == claim.quote for claim in claims)
+
+
+def test_extractor_gives_nothing_for_a_page_found_on_one_stray_word() -> None:
+    stray = SubQuestion(id="q1", position=0, text="?", query="seven tornado outbreaks in Alabama")
+    assert ExtractiveExtractor().extract(stray, HELEN_HUNT, 3) == []
+    # A one-word query needs its one word, and two words of a longer query are enough.
+    one_word = SubQuestion(id="q1", position=0, text="?", query="sitcom")
+    assert len(ExtractiveExtractor().extract(one_word, HELEN_HUNT, 3)) == 3
+    two = stray.model_copy(update={"query": "seven tornado outbreaks in Alabama sitcom"})
+    assert ExtractiveExtractor().extract(two, HELEN_HUNT, 1)[0].text.startswith("She starred in the sitcom")
 
 
 def test_extractor_gives_nothing_for_an_unrelated_page() -> None:
