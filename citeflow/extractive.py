@@ -524,10 +524,10 @@ class ExtractiveCritic:
         return mechanical_critique(draft, request.claims)
 
 
-def extractive_engine() -> Engine:
+def extractive_engine(min_subquestions: int = Caps().subquestions_min) -> Engine:
     return Engine(
         name="extractive",
-        planner=ExtractivePlanner(),
+        planner=ExtractivePlanner(min_subquestions),
         extractor=ExtractiveExtractor(),
         synthesiser=ExtractiveSynthesiser(),
         critic=ExtractiveCritic(),

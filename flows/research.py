@@ -252,7 +252,13 @@ def research_flow(
     store = get_store(Path(settings.db))
     _services[run_id] = RunServices(
         web=open_research(run_id, settings.search, WebSettings.from_env(), store=store),
-        models=build_engine(model_settings, store, run_id, caps=settings.caps, fallback=extractive_engine()),
+        models=build_engine(
+            model_settings,
+            store,
+            run_id,
+            caps=settings.caps,
+            fallback=extractive_engine(settings.caps.subquestions_min),
+        ),
     )
     try:
         report = run_stages(store, settings, run_id, question)
@@ -305,7 +311,8 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
         key=f"research-{key}",
         description=f"Pages fetched, read from the store, skipped and failed per sub-question, run {run_id}",
     )
-    logger.info("research: %d distinct pages found, %d to verify", pages_found, len(pages))
+    pages_verified = len({page_id for page_id, _ in pages})
+    logger.info("research: %d distinct pages found, %d to verify", pages_found, pages_verified)
     update_progress_artifact(progress, 40.0)
 
     by_id = {sub.id: sub for sub in subquestions}
@@ -318,7 +325,7 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
         record_degradations(store, run_id, models, "verify")
         numbered = store.number_sources(run_id)
         claims = store.claims(run_id, ClaimStatus.verified)
-        metrics.pages = len(pages)
+        metrics.pages = pages_verified
         metrics.claims_verified = len(claims)
         metrics.claims_rejected = len(store.claims(run_id, ClaimStatus.rejected))
     logger.info("verify: %d claims verified, %d rejected", metrics.claims_verified, metrics.claims_rejected)
@@ -351,7 +358,7 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
         numbered,
         claims,
         pages_found,
-        len(pages),
+        pages_verified,
         run_metrics(store, run_id, clock, started),
         Path(settings.reports),
         models.budget.caveats(),

@@ -10,17 +10,25 @@ from tasks.tracing import traced
 
 
 def select_pages(sources: list[RunSource], max_pages: int) -> tuple[list[tuple[str, str]], int]:
-    """Choose the distinct pages to verify, at most `max_pages`, as (page_id, subquestion_id) pairs.
+    """Choose what to verify, at most `max_pages` page reads, as (page_id, subquestion_id) pairs.
 
     Pages are taken rank by rank across sub-questions (every sub-question's best page before any
     second-best), so a cap never starves a sub-question. A page found by several sub-questions is read
-    once, for the sub-question that ranked it best. Also returns how many distinct pages were found in all."""
-    by_rank = sorted(sources, key=lambda source: source.rank)  # stable: sub-question order within a rank
-    chosen: dict[str, str] = {}
-    for source in by_rank:
-        chosen.setdefault(source.page_id, source.subquestion_id)
-    pairs = list(chosen.items())
-    return pairs[:max_pages], len(pairs)
+    for the one that ranked it best, and again only for a sub-question that has no page of its own yet
+    (a small store may hold the same few pages for every sub-question). Also returns how many distinct
+    pages were found in all."""
+    pairs: list[tuple[str, str]] = []
+    chosen: set[str] = set()
+    served: set[str] = set()
+    for source in sorted(sources, key=lambda source: source.rank):  # stable: sub-question order in a rank
+        if source.page_id in chosen and source.subquestion_id in served:
+            continue
+        if len(pairs) == max_pages:
+            break
+        pairs.append((source.page_id, source.subquestion_id))
+        chosen.add(source.page_id)
+        served.add(source.subquestion_id)
+    return pairs, len({source.page_id for source in sources})
 
 
 def verify_page(
