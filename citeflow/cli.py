@@ -121,7 +121,11 @@ def report_json(report: Report) -> dict[str, Any]:
 def run(
     question: Annotated[str, typer.Argument(help="The research question (at most 2,000 characters).")],
     search: Annotated[
-        str | None, typer.Option(help="Search provider. Default: $CITEFLOW_SEARCH or local.")
+        str | None,
+        typer.Option(
+            help="Search providers, first tried first: local, searxng, duckduckgo, wikipedia, "
+            "tavily, or a list such as wikipedia,local. Default: $CITEFLOW_SEARCH or local."
+        ),
     ] = None,
     db: DbOption = None,
     reports: Annotated[Path | None, typer.Option(help="Folder for reports. Default: ./reports.")] = None,
@@ -149,7 +153,7 @@ def run(
 
         # A bad --db or --search fails here, before any run starts.
         get_store(db_path(db))
-        provider_chain(WebSettings.from_env(), search or Settings().search, local_available=True)
+        provider_chain(WebSettings.from_env(), (search or Settings().search).split(","), local_available=True)
         from flows.research import research_flow
 
         state = research_flow(

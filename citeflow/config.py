@@ -37,5 +37,9 @@ class Settings(BaseSettings):
 
     db: Path = Field(Path("citeflow.duckdb"), description="The evidence store (DuckDB file).")
     reports: Path = Field(Path("reports"), description="Folder where finished reports are written.")
-    search: str = Field("local", description="Search provider: 'local' searches the evidence store.")
+    search: str = Field(
+        "local",
+        description="Search providers, first tried first, comma-separated: 'local' searches the evidence "
+        "store; a recurring topic's schedule may choose its own, e.g. 'wikipedia,local'.",
+    )
     caps: Caps = Field(default_factory=lambda: Caps())

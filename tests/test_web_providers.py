@@ -123,11 +123,10 @@ def test_malformed_answer_is_a_provider_failure() -> None:
             searcher.search("q", 3)
 
 
-def test_provider_chain_order_topics_and_configuration_errors() -> None:
+def test_provider_chain_order_and_configuration_errors() -> None:
     settings = WebSettings(
         searxng_url="http://127.0.0.1:1",
         provider_order=("duckduckgo", "searxng", "wikipedia", "tavily", "local"),
-        topics={"encyclopedic": ("wikipedia", "duckduckgo")},
     )
     assert provider_chain(settings, "searxng") == ["searxng", "duckduckgo", "wikipedia"]  # no key, no store
     assert provider_chain(settings, None, local_available=True) == [
@@ -136,8 +135,7 @@ def test_provider_chain_order_topics_and_configuration_errors() -> None:
         "wikipedia",
         "local",
     ]
-    assert provider_chain(settings, None, topic="encyclopedic") == ["wikipedia", "duckduckgo"]
-    assert provider_chain(settings, ["wikipedia", "searxng"], topic="other") == [
+    assert provider_chain(settings, ["wikipedia", "searxng"]) == [
         "wikipedia",
         "searxng",
         "duckduckgo",

@@ -264,10 +264,9 @@ class FallbackSearch:
 def provider_chain(
     settings: WebSettings,
     chosen: str | Sequence[str] | None,
-    topic: str | None = None,
     local_available: bool = False,
 ) -> list[str]:
-    """The chosen provider(s) first, then the topic's or the default order, each once; `local` alone
+    """The chosen provider(s) first, then the default order, each once; `local` alone
     stays alone.
 
     A chosen provider that is not configured is an InputError; an unconfigured one further down
@@ -288,7 +287,7 @@ def provider_chain(
     if first == ["local"]:
         # The embedded default stays offline: the store never falls back to the web.
         return first
-    rest = settings.topics.get(topic, settings.provider_order) if topic else settings.provider_order
+    rest = settings.provider_order
     chain: list[str] = []
     for name in [*first, *rest]:
         if name not in chain and not needs.get(name):
@@ -301,12 +300,11 @@ def make_searcher(
     settings: WebSettings,
     breakers: BreakerBoard,
     store: EvidenceStore | None = None,
-    topic: str | None = None,
 ) -> FallbackSearch:
     """A fallback chain starting with `names`; `local` searches `store` and needs one."""
     client = http_client(settings)
     providers: list[Searcher] = []
-    for name in provider_chain(settings, names, topic, local_available=store is not None):
+    for name in provider_chain(settings, names, local_available=store is not None):
         if name == "searxng" and settings.searxng_url:
             providers.append(SearxngSearch(settings.searxng_url, client))
         elif name == "wikipedia":

@@ -205,14 +205,13 @@ def open_research(
     search: str | list[str] | None,
     settings: WebSettings,
     store: EvidenceStore | None = None,
-    topic: str | None = None,
 ) -> WebResearch:
     """Everything a run needs for web research, built from settings; close it when the run ends.
 
     With a store, pages stored within the freshness window are reused and `local` can search it.
     """
     provider_breakers = BreakerBoard(settings.breaker_threshold, settings.breaker_cooldown)
-    searcher = make_searcher(search, settings, provider_breakers, store=store, topic=topic)
+    searcher = make_searcher(search, settings, provider_breakers, store=store)
     fetcher = Fetcher(settings, BreakerBoard(settings.breaker_threshold, settings.breaker_cooldown))
     lookup = store.latest_page if store is not None else None
     session = FetchSession(fetcher, lookup, timedelta(hours=settings.freshness_hours))

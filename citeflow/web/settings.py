@@ -65,9 +65,6 @@ class WebSettings(BaseModel):
         ("searxng", "duckduckgo", "wikipedia", "tavily", "local"),
         description="Fallback order after the chosen provider; unconfigured providers are left out.",
     )
-    topics: dict[str, tuple[str, ...]] = Field(
-        default_factory=dict, description="Provider order per topic, e.g. {'encyclopedic': ('wikipedia',)}."
-    )
     searxng_url: str | None = Field(None, description="Base URL of a SearXNG instance (SEARXNG_URL).")
     wikipedia_url: str = Field("https://en.wikipedia.org", description="Base URL of a MediaWiki site.")
     tavily_url: str = Field("https://api.tavily.com", description="Base URL of the Tavily API.")
