@@ -152,8 +152,17 @@ def run(
         from storage.store import get_store
 
         # A bad --db or --search fails here, before any run starts.
-        get_store(db_path(db))
-        provider_chain(WebSettings.from_env(), (search or Settings().search).split(","), local_available=True)
+        store = get_store(db_path(db))
+        providers = provider_chain(
+            WebSettings.from_env(), (search or Settings().search).split(","), local_available=True
+        )
+        if providers == ["local"] and store.query("SELECT count(*) FROM pages")[1] == [(0,)]:
+            raise InputError(
+                str(store.path),
+                "holds no pages to search; load documents with `citeflow ingest PATH...` first, "
+                "or search the web with --search",
+                "nothing was run",
+            )
         from flows.research import research_flow
 
         state = research_flow(

@@ -155,3 +155,10 @@ def test_a_malformed_set_flag_is_one_line_and_runs_nothing(tmp_path: Path) -> No
     assert result.exit_code == 1
     assert "--set planner.model: expected SECTION.KEY=VALUE" in result.stderr
     assert not db.exists()
+
+
+def test_a_local_run_on_an_empty_store_says_to_ingest_first(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["run", "Who wrote Hamlet?", "--db", str(tmp_path / "empty.duckdb")])
+
+    assert result.exit_code == 1
+    assert "holds no pages to search; load documents with `citeflow ingest PATH...` first" in result.stderr
