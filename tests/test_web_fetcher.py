@@ -8,30 +8,19 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from web_servers import HUGE_BYTES, LoopbackServer, Reply, Request, Site, running_site
+from web_servers import HUGE_BYTES, LoopbackServer, Reply, Request, Site, running_site, settings_for
 
 from citeflow.contracts import Origin
 from citeflow.errors import FetchError
 from citeflow.web.fetcher import Fetcher
 from citeflow.web.guard import FetchRefused
-from citeflow.web.settings import USER_AGENT, WebSettings
+from citeflow.web.settings import USER_AGENT
 
 
 @pytest.fixture(scope="module")
 def web() -> Iterator[Site]:
     with running_site() as site:
         yield site
-
-
-def settings_for(*servers: LoopbackServer, **overrides: object) -> WebSettings:
-    values: dict[str, object] = {
-        "per_domain_delay": 0,
-        "total_timeout": 2.0,
-        "read_timeout": 2.0,
-        "allow_hosts": frozenset(server.host_port for server in servers),
-    }
-    values.update(overrides)
-    return WebSettings.model_validate(values)
 
 
 @pytest.fixture

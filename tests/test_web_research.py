@@ -8,14 +8,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from web_servers import LoopbackServer, Site, failing_routes, running_site, searxng_routes
+from web_servers import LoopbackServer, Site, failing_routes, running_site, searxng_routes, settings_for
 
 from citeflow.contracts import Origin, Page, SearchResult, SubQuestion
 from citeflow.web.breaker import BreakerBoard
 from citeflow.web.fetcher import Fetcher
 from citeflow.web.providers import make_searcher
 from citeflow.web.research import FetchSession, UrlStatus, WebResearch, open_research
-from citeflow.web.settings import WebSettings
 
 NOW = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 
@@ -24,16 +23,6 @@ NOW = datetime(2025, 1, 10, 12, 0, tzinfo=UTC)
 def web() -> Iterator[Site]:
     with running_site() as site:
         yield site
-
-
-def settings_for(*servers: LoopbackServer, **overrides: object) -> WebSettings:
-    values: dict[str, object] = {
-        "per_domain_delay": 0,
-        "total_timeout": 2.0,
-        "allow_hosts": frozenset(server.host_port for server in servers),
-    }
-    values.update(overrides)
-    return WebSettings.model_validate(values)
 
 
 def result(url: str, rank: int = 1, provider: str = "searxng") -> SearchResult:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from citeflow.web.settings import WebSettings
+
 HUGE_BYTES = 50 * 1024 * 1024
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 CHUNK = 64 * 1024
@@ -404,3 +406,15 @@ def running_site(host: str = "127.0.0.1") -> Iterator[Site]:
         routes = site_routes(canary.url("/exfil"), forbidden.url("/steal"))
         with LoopbackServer(routes, host) as site:
             yield Site(site, forbidden, canary)
+
+
+def settings_for(*servers: LoopbackServer, **overrides: object) -> WebSettings:
+    """Web settings for tests: no politeness delay, short timeouts, these servers allowed."""
+    values: dict[str, object] = {
+        "per_domain_delay": 0,
+        "total_timeout": 2.0,
+        "read_timeout": 2.0,
+        "allow_hosts": frozenset(server.host_port for server in servers),
+    }
+    values.update(overrides)
+    return WebSettings.model_validate(values)
