@@ -8,12 +8,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from web_servers import HUGE_BYTES, LoopbackServer, Reply, Request, Site, running_site, settings_for
+from web_servers import HUGE_BYTES, LoopbackServer, Reply, Request, Site, outbound, running_site, settings_for
 
 from citeflow.contracts import Origin
 from citeflow.errors import FetchError
 from citeflow.web.fetcher import Fetcher
-from citeflow.web.guard import FetchRefused
+from citeflow.web.guard import FetchRefused, Guard
 from citeflow.web.settings import USER_AGENT
 
 
@@ -211,3 +211,24 @@ def test_unsupported_content_type_and_http_errors(web: Site, fetcher: Fetcher) -
         pytest.raises(FetchError, match="image/png"),
     ):
         other.fetch(s.url("/img"))
+
+
+def test_the_fetcher_connects_to_the_address_the_guard_checked(web: Site) -> None:
+    # "rebind.test" resolves only through the guard's resolver; were it resolved again when
+    # connecting (where DNS rebinding would strike), the lookup would leave loopback and be refused.
+    port = web.site.host_port[1]
+    resolved: list[str] = []
+
+    def resolver(host: str, port: int) -> list[str]:
+        resolved.append(host)
+        return ["127.0.0.1"]
+
+    settings = settings_for(allow_hosts=frozenset({("rebind.test", port)}))
+    with outbound() as attempts, Fetcher(settings, guard=Guard(settings.allow_hosts, resolver)) as fetcher:
+        page = fetcher.fetch(f"http://rebind.test:{port}/articles/boiling.html")
+
+    assert page.url == f"http://rebind.test:{port}/articles/boiling.html"
+    assert "water boils" in page.text
+    assert attempts == []
+    assert resolved.count("rebind.test") == 2  # robots.txt, then the page: each checked, each pinned
+    assert {request.headers.get("host") for request in web.site.requests} >= {f"rebind.test:{port}"}

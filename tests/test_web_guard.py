@@ -62,14 +62,14 @@ def test_one_bad_address_among_good_ones_is_enough_to_refuse() -> None:
 
 def test_public_address_passes_and_port_defaults_follow_the_scheme() -> None:
     resolve = resolver_to("93.184.216.34")
-    parsed = Guard(resolver=resolve).check_url("https://Example.ORG/a?b=1")
-    assert parsed.host == "example.org"
+    target = Guard(resolver=resolve).check_url("https://Example.ORG/a?b=1")
+    assert (target.url.host, target.address) == ("example.org", "93.184.216.34")
     assert resolve.calls == [("example.org", 443)]
 
 
 def test_allowlist_admits_exact_host_and_port_only() -> None:
     guard = Guard(allow_hosts=frozenset({("127.0.0.1", 8080)}), resolver=resolver_to("127.0.0.1"))
-    assert guard.check_url("http://127.0.0.1:8080/x").port == 8080
+    assert guard.check_url("http://127.0.0.1:8080/x").url.port == 8080
     with pytest.raises(FetchRefused, match="CITEFLOW_ALLOW_HOSTS"):
         guard.check_url("http://127.0.0.1:8081/x")
     with pytest.raises(FetchRefused, match="scheme"):

@@ -22,7 +22,7 @@ from citeflow.contracts import Origin, PageInput
 from citeflow.errors import FetchError
 from citeflow.web.breaker import BreakerBoard
 from citeflow.web.extract import extract
-from citeflow.web.guard import FetchRefused, Guard
+from citeflow.web.guard import FetchRefused, Guard, Target
 from citeflow.web.robots import ROBOTS_MAX_BYTES, RobotsCache
 from citeflow.web.settings import WebSettings
 
@@ -140,9 +140,9 @@ class Fetcher:
                 raise FetchRefused(
                     url, f"redirect hop {hop} to {current}: {refusal.problem}", refusal.holds
                 ) from None
-            if obey_robots and not self.robots.allowed(str(target)):
+            if obey_robots and not self.robots.allowed(str(target.url)):
                 raise FetchRefused(current, f"robots.txt disallows it for {self.settings.user_agent}")
-            host = target.host.lower()
+            host = target.url.host.lower()
             if self.breakers.is_open(host):
                 raise FetchRefused(
                     current,
@@ -159,21 +159,28 @@ class Fetcher:
             current = location
         raise FetchError(url, f"more than {self.settings.max_redirects} redirects")
 
-    def _request(self, target: httpx.URL, max_bytes: int, deadline: float) -> tuple[str | None, Body | None]:
-        """One GET: (redirect location, None) or (None, body). Counts toward the host's breaker."""
-        host = target.host.lower()
-        url = str(target)
+    def _request(self, target: Target, max_bytes: int, deadline: float) -> tuple[str | None, Body | None]:
+        """One GET: (redirect location, None) or (None, body). Counts toward the host's breaker.
+
+        It connects to the address the guard checked, naming the host in the Host header and in TLS
+        (SNI and certificate), so the name is never resolved again between check and connection."""
+        host = target.url.host.lower()
+        url = str(target.url)
+        pinned = target.url.copy_with(host=target.address)
+        extensions = {"sni_hostname": target.url.host} if target.url.scheme == "https" else {}
         try:
-            with self._client.stream("GET", target) as response:
+            with self._client.stream(
+                "GET", pinned, headers={"Host": target.url.netloc.decode("ascii")}, extensions=extensions
+            ) as response:
                 if response.status_code >= 500 or response.status_code == 429:
                     self._failed(host, url, f"HTTP {response.status_code}")
                 self.breakers.record_success(host)
                 location = response.headers.get("location")
                 if response.status_code in REDIRECT_CODES and location:
-                    return str(response.url.join(location)), None
+                    return str(target.url.join(location)), None
                 content = self._read(url, response, max_bytes, deadline)
                 content_type = response.headers.get("content-type", "")
-                return None, Body(str(response.url), response.status_code, content_type, content)
+                return None, Body(url, response.status_code, content_type, content)
         except httpx.TimeoutException as error:
             self._failed(host, url, f"timed out ({type(error).__name__})")
         except (httpx.TransportError, httpx.InvalidURL) as error:

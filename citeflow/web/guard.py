@@ -4,7 +4,8 @@ Page text and search results are untrusted, so a URL from them could point at th
 the intranet or a cloud metadata service. Only http and https are allowed, and every address the
 host resolves to must be public, unless the exact host:port is on the allowlist
 (CITEFLOW_ALLOW_HOSTS). The fetcher calls `check_url` for the first URL and again for every
-redirect hop, so a public page cannot bounce a request inward.
+redirect hop, so a public page cannot bounce a request inward, and it connects to the very address
+that was checked, so a name that resolves differently a moment later (DNS rebinding) changes nothing.
 """
 
 from __future__ import annotations
@@ -56,16 +57,21 @@ def address_problem(address: IPAddress) -> str | None:
 
 
 @dataclass(frozen=True)
+class Target:
+    """A URL that may be fetched, and the checked address to connect to for it."""
+
+    url: httpx.URL
+    address: str
+
+
+@dataclass(frozen=True)
 class Guard:
     allow_hosts: frozenset[tuple[str, int]] = frozenset()
     resolver: Resolver = resolve
 
-    def check_url(self, url: str) -> httpx.URL:
-        """The parsed URL when it may be connected to; FetchError naming the reason otherwise.
-
-        The URL is parsed with httpx, the library that will connect, so the host checked is the
-        host connected to.
-        """
+    def check_url(self, url: str) -> Target:
+        """The parsed URL and the address to connect to when it may be fetched; FetchError naming the
+        reason otherwise. The URL is parsed with httpx, the library that will connect."""
         try:
             parsed = httpx.URL(url)
         except httpx.InvalidURL as error:
@@ -76,18 +82,18 @@ class Guard:
         if not host:
             raise FetchRefused(url, "has no host", HOLDS)
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        if (host, port) in self.allow_hosts:
-            return parsed
         try:
             addresses = self.resolver(host, port)
         except (socket.gaierror, UnicodeError) as error:
             raise FetchError(url, f"host {host!r} does not resolve ({error})", HOLDS) from error
         if not addresses:
             raise FetchError(url, f"host {host!r} resolves to no address", HOLDS)
+        if (host, port) in self.allow_hosts:
+            return Target(parsed, addresses[0])
         for text in addresses:
             problem = address_problem(ipaddress.ip_address(text.split("%", 1)[0]))
             if problem:
                 raise FetchRefused(
                     url, f"{problem}; add {host}:{port} to CITEFLOW_ALLOW_HOSTS to admit it", HOLDS
                 )
-        return parsed
+        return Target(parsed, addresses[0])
