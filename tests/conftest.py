@@ -12,6 +12,14 @@ from pathlib import Path
 
 import pytest
 
+# Tests choose their own model endpoints, stores and providers: none leaks in from the shell.
+for name in [*os.environ]:
+    if (
+        name.startswith("CITEFLOW_")
+        and name != "CITEFLOW_SHARED"
+        or name in {"OPENAI_BASE_URL", "OPENAI_API_KEY", "SEARXNG_URL", "TAVILY_API_KEY"}
+    ):
+        del os.environ[name]
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="citeflow-prefect-"))
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("DO_NOT_TRACK", "1")
