@@ -67,14 +67,16 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")  # third-party answers carry many fields we do not use
 
 
-class _SearxngHit(_Lenient):
+class _Hit(_Lenient):
     url: str
     title: str = ""
     content: str = ""
 
 
-class _SearxngAnswer(_Lenient):
-    results: list[_SearxngHit] = Field(default_factory=list)
+class _ResultsAnswer(_Lenient):
+    """SearXNG's and Tavily's answers share this shape: {"results": [{url, title, content}]}."""
+
+    results: list[_Hit] = Field(default_factory=list)
 
 
 class SearxngSearch:
@@ -90,7 +92,7 @@ class SearxngSearch:
         request = self.client.build_request(
             "GET", f"{self.base_url}/search", params={"q": query, "format": "json"}
         )
-        answer: _SearxngAnswer = _answer(self.name, _send(self.name, self.client, request), _SearxngAnswer)
+        answer: _ResultsAnswer = _answer(self.name, _send(self.name, self.client, request), _ResultsAnswer)
         return [
             SearchResult(
                 url=hit.url, title=_clean(hit.title), snippet=_clean(hit.content), provider=self.name, rank=i
@@ -144,16 +146,6 @@ class WikipediaSearch:
         ]
 
 
-class _TavilyHit(_Lenient):
-    url: str
-    title: str = ""
-    content: str = ""
-
-
-class _TavilyAnswer(_Lenient):
-    results: list[_TavilyHit] = Field(default_factory=list)
-
-
 class TavilySearch:
     name = "tavily"
 
@@ -169,7 +161,7 @@ class TavilySearch:
             json={"query": query, "max_results": limit, "search_depth": "basic"},
             headers={"Authorization": f"Bearer {self._api_key}"},
         )
-        answer: _TavilyAnswer = _answer(self.name, _send(self.name, self.client, request), _TavilyAnswer)
+        answer: _ResultsAnswer = _answer(self.name, _send(self.name, self.client, request), _ResultsAnswer)
         return [
             SearchResult(
                 url=hit.url, title=_clean(hit.title), snippet=_clean(hit.content), provider=self.name, rank=i
