@@ -270,6 +270,16 @@ class EvidenceStore:
         cur = self._con.cursor()
         try:
             yield cur
+        except (duckdb.IOException, duckdb.TransactionException) as error:
+            # A full disk surfaces as either, at a write or at commit; DuckDB rolls the transaction
+            # back, so everything committed before is intact. Other transaction conflicts re-raise.
+            if "Could not write" not in str(error) and not isinstance(error, duckdb.IOException):
+                raise
+            raise StoreError(
+                str(self.path),
+                f"could not write: {str(error).split(': ')[-1]}",
+                "this write was rolled back; everything stored before it is intact",
+            ) from error
         finally:
             cur.close()
 

@@ -126,7 +126,7 @@ def test_put_pages_is_all_or_nothing(store: EvidenceStore, monkeypatch: pytest.M
         raise duckdb.IOException("simulated failure after the rows were written")
 
     monkeypatch.setattr(EvidenceStore, "_put_pages", insert_then_fail)
-    with pytest.raises(duckdb.IOException):
+    with pytest.raises(StoreError, match="could not write: simulated failure.*rolled back"):
         store.put_pages([page(f"https://example.org/{n}", f"text {n}") for n in range(5)])
     assert inserted == [5]  # the rows really were in the transaction before it failed
     assert count(store, "pages") == 0

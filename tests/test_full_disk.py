@@ -1,0 +1,62 @@
+"""A full disk: the write fails with one clear line and everything stored before it is kept.
+
+Runs on a 2 MB tmpfs mounted for the test (as root, like CI); elsewhere it is skipped and says why."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from citeflow.cli import app
+from storage.store import close_stores, read_only_query
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        close_stores()
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_ingest_onto_a_full_disk_is_one_line_and_keeps_what_was_stored(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    db = small_disk / "store.duckdb"
+    first = tmp_path / "first.jsonl"
+    first.write_text(
+        json.dumps({"url": "https://a.example/", "title": "A", "text": "Alpha comes first. " * 20})
+    )
+    rng = random.Random(7)
+    noise = ["".join(rng.choices(string.ascii_letters + " ", k=100_000)) for _ in range(40)]  # 4 MB
+    big = tmp_path / "big.jsonl"
+    big.write_text(
+        "\n".join(json.dumps({"url": f"https://b.example/{n}", "text": text}) for n, text in enumerate(noise))
+    )
+
+    assert runner.invoke(app, ["ingest", str(first), "--db", str(db)]).exit_code == 0
+    full = runner.invoke(app, ["ingest", str(big), "--db", str(db)])
+
+    assert full.exit_code == 1
+    assert "could not write: No space left on device" in full.stderr
+    assert "everything stored before it is intact" in full.stderr
+    assert len(full.stderr.strip().splitlines()) == 1
+    close_stores()
+    assert read_only_query(db, "SELECT url FROM pages")[1] == [("https://a.example/",)]
