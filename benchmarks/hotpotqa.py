@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -44,14 +45,32 @@ def plain(text: str) -> str:
     return " ".join(text.casefold().translate(str.maketrans("", "", string.punctuation)).split())
 
 
-def run_questions(questions: list[dict], db: Path, reports: Path) -> list[tuple[Report, float]]:
+def load_corpus(eval_dir: Path) -> Path:
+    """A fresh evidence store in a temporary folder, holding the corpus; returns its path."""
+    db = Path(tempfile.mkdtemp(prefix="citeflow-eval-")) / "eval.duckdb"
+    started = time.perf_counter()
+    ingest_paths(get_store(db), [eval_dir / "hotpotqa-100.corpus.jsonl"])
+    print(f"ingested the corpus in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return db
+
+
+def question_records(eval_dir: Path, limit: int) -> list[dict[str, Any]]:
+    lines = (eval_dir / "hotpotqa-100.questions.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines[:limit]]
+
+
+def run_questions(
+    questions: list[str], db: Path, models: dict[str, dict[str, Any]] | None = None
+) -> list[tuple[Report, float]]:
+    """Each question through the flow, with its wall seconds; `models` as the flow takes them."""
     from flows.research import research_flow
 
+    reports = db.parent / "reports"
     results = []
-    for n, record in enumerate(questions, start=1):
+    for n, question in enumerate(questions, start=1):
         started = time.perf_counter()
         state = research_flow(
-            question=record["question"], db=str(db), reports=str(reports), return_state=True
+            question=question, db=str(db), reports=str(reports), models=models, return_state=True
         )
         report = state.result(raise_on_failure=False)
         seconds = time.perf_counter() - started
@@ -59,7 +78,8 @@ def run_questions(questions: list[dict], db: Path, reports: Path) -> list[tuple[
             raise SystemExit(f"question {n} crashed: {state.message}")
         results.append((report, seconds))
         print(
-            f"[{n}/{len(questions)}] {seconds:.1f}s {report.status.value} {len(report.claims)} claims",
+            f"[{n}/{len(questions)}] {seconds:.1f}s {report.status.value} {len(report.claims)} claims, "
+            f"{report.metrics.model_calls} model calls",
             file=sys.stderr,
         )
     return results
@@ -110,19 +130,11 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=100, help="how many questions, from the first")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="citeflow-eval-"))
-    db = work / "eval.duckdb"
-    started = time.perf_counter()
-    ingest_paths(get_store(db), [args.eval / "hotpotqa-100.corpus.jsonl"])
-    print(f"ingested the corpus in {time.perf_counter() - started:.1f}s", file=sys.stderr)
-    lines = (
-        (args.eval / "hotpotqa-100.questions.jsonl").read_text(encoding="utf-8").splitlines()[: args.limit]
-    )
-    # Only the questions are read before the runs; answers and gold evidence are read to score.
-    results = run_questions(
-        [{"question": json.loads(line)["question"]} for line in lines], db, work / "reports"
-    )
-    figures = score([json.loads(line) for line in lines], results, db)
+    db = load_corpus(args.eval)
+    records = question_records(args.eval, args.limit)
+    # The runs see only the questions; answers and gold evidence are read afterwards, to score.
+    results = run_questions([record["question"] for record in records], db)
+    figures = score(records, results, db)
     print(json.dumps(figures, indent=2))
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")

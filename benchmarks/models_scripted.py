@@ -22,8 +22,6 @@ import json
 import re
 import statistics
 import sys
-import tempfile
-import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -32,16 +30,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
+from hotpotqa import DEFAULT_EVAL, load_corpus, question_records, run_questions  # noqa: E402
 from openai_server import EVIDENCE_LINE, UNTRUSTED_BLOCK, Received, Reply, ScriptedServer, json_reply, role_of  # noqa: E402
 
 from citeflow.contracts import ClaimStatus, Report  # noqa: E402
-from citeflow.prefect_env import apply_prefect_defaults  # noqa: E402
 from citeflow.text import content_words, split_sentences  # noqa: E402
-from storage.ingest import ingest_paths  # noqa: E402
 from storage.store import get_store  # noqa: E402
-
-DEFAULT_EVAL = REPO.parent / "shared" / "eval"
 
 
 def block(received: Received, label: str) -> str:
@@ -111,33 +107,10 @@ class ModelServer(ScriptedServer):
         return replace(reply, usage=(len(received.prompt) // 4 + 1, len(reply.content) // 4 + 1))
 
 
-def run_questions(
-    questions: list[str], db: Path, reports: Path, url: str
-) -> tuple[list[Report], list[float]]:
-    from flows.research import research_flow
-
-    models = {"defaults": {"base_url": url, "model": "scripted"}}
-    results, seconds = [], []
-    for n, question in enumerate(questions, start=1):
-        started = time.perf_counter()
-        state = research_flow(
-            question=question, db=str(db), reports=str(reports), models=models, return_state=True
-        )
-        report = state.result(raise_on_failure=False)
-        if not isinstance(report, Report):
-            raise SystemExit(f"question {n} crashed: {state.message}")
-        results.append(report)
-        seconds.append(time.perf_counter() - started)
-        print(
-            f"[{n}/{len(questions)}] {seconds[-1]:.1f}s {report.status.value} "
-            f"{report.metrics.model_calls} calls",
-            file=sys.stderr,
-        )
-    return results, seconds
-
-
-def figures(reports: list[Report], seconds: list[float], db: Path) -> dict[str, Any]:
+def figures(results: list[tuple[Report, float]], db: Path) -> dict[str, Any]:
     store = get_store(db)
+    reports = [report for report, _ in results]
+    seconds = [seconds for _, seconds in results]
     claims = [claim for report in reports for claim in store.claims(report.run_id)]
     rejected = [claim for claim in claims if claim.status is ClaimStatus.rejected]
     # The scripted verifier proposes the exact quote first (C<page>.1) and the altered one second (.2).
@@ -183,18 +156,11 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=10, help="how many questions, from the first")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
     args = parser.parse_args()
-    apply_prefect_defaults()
-    work = Path(tempfile.mkdtemp(prefix="citeflow-models-"))
-    db = work / "eval.duckdb"
-    ingest_paths(get_store(db), [args.eval / "hotpotqa-100.corpus.jsonl"])
-    lines = (
-        (args.eval / "hotpotqa-100.questions.jsonl").read_text(encoding="utf-8").splitlines()[: args.limit]
-    )
+    db = load_corpus(args.eval)
+    questions = [record["question"] for record in question_records(args.eval, args.limit)]
     with ModelServer(ScriptedModel()) as server:
-        reports, seconds = run_questions(
-            [json.loads(line)["question"] for line in lines], db, work / "reports", server.url
-        )
-    result = figures(reports, seconds, db)
+        results = run_questions(questions, db, {"defaults": {"base_url": server.url, "model": "scripted"}})
+    result = figures(results, db)
     print(json.dumps(result, indent=2))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

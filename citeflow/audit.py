@@ -17,8 +17,9 @@ def audit(store: EvidenceStore, report: Report) -> list[str]:
     read = {source.page_id: source.source_id for source in store.run_sources(report.run_id)}
     verified = store.claims(report.run_id, ClaimStatus.verified)
     cited_by_claims = {claim.source_id for claim in verified}
+    pages = {page_id: store.get_page(page_id) for page_id in {claim.page_id for claim in verified}}
     for claim in verified:
-        page = store.get_page(claim.page_id)
+        page = pages[claim.page_id]
         if claim.page_id not in read:
             problems.append(f"claim {claim.id} comes from page {claim.page_id}, which the run never read")
         if page.content_hash != claim.page_hash:

@@ -80,6 +80,7 @@ def test_an_empty_question_fails_before_a_run_starts(prefect_api: None, tmp_path
 
     with pytest.raises(ValidationError, match="the question is empty"):
         research_flow(question="   ", db=str(tmp_path / "x.duckdb"))
+    assert not (tmp_path / "x.duckdb").exists()
 
 
 def test_a_report_file_that_cannot_be_written_loses_nothing(
