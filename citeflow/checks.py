@@ -91,16 +91,12 @@ def mechanical_critique(draft: Draft, claims: list[Claim]) -> Critique:
     return Critique(approved=not problems, notes=notes, problems=problems)
 
 
-def split_draft(
-    draft: Draft, critique: Critique
-) -> tuple[list[DraftSentence], list[tuple[DraftSentence, str]]]:
-    """The sentences to keep, and the ones to remove with the reason the critique gave."""
+def failing_sentences(draft: Draft, critique: Critique) -> dict[int, str]:
+    """Position in the draft -> why that sentence is removed (its first problem in the critique)."""
     reasons: dict[int, str] = {}
     for problem in critique.problems:
         if not 0 <= problem.index < len(draft.sentences):
             continue  # a critic's index past the draft names no sentence
         reason = f"{problem.check.value}: {problem.detail}" if problem.detail else problem.check.value
         reasons.setdefault(problem.index, reason)
-    kept = [sentence for index, sentence in enumerate(draft.sentences) if index not in reasons]
-    removed = [(draft.sentences[index], reason) for index, reason in sorted(reasons.items())]
-    return kept, removed
+    return reasons

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from citeflow.checks import mechanical_critique
+from citeflow.checks import failing_sentences, mechanical_critique
 from citeflow.contracts import Critique, Draft, DraftSentence, SynthesisInput
 from citeflow.roles import Engine
 
@@ -92,6 +92,5 @@ def write_report(
         draft = engine.synthesiser.write(request.model_copy(update={"previous": draft, "critique": verdict}))
         revisions += 1
         verdict = critique(engine, request, draft)
-    final = mechanical_critique(draft, request.claims)
-    removed = {problem.index: f"{problem.check.value}: {problem.detail}" for problem in final.problems}
+    removed = failing_sentences(draft, mechanical_critique(draft, request.claims))
     return Review(draft, verdict, revisions, end, removed)

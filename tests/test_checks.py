@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from citeflow.checks import claims_by_source, classify, is_factual, mechanical_critique, split_draft
+from citeflow.checks import claims_by_source, classify, failing_sentences, is_factual, mechanical_critique
 from citeflow.contracts import (
     Claim,
     ClaimStatus,
@@ -134,7 +134,7 @@ def test_mechanical_critique_does_not_approve_an_empty_draft() -> None:
     assert critique.notes == "the draft has no sentences"
 
 
-def test_split_draft_removes_flagged_sentences_with_their_reason() -> None:
+def test_failing_sentences_are_named_by_position_with_their_first_reason() -> None:
     sentences = [sentence(f"Sentence number {n} about Nolan.", "S1") for n in range(4)]
     critique = Critique(
         approved=False,
@@ -147,11 +147,12 @@ def test_split_draft_removes_flagged_sentences_with_their_reason() -> None:
             SentenceProblem(index=9, check=SentenceCheck.uncited),  # names no sentence: ignored
         ],
     )
-    kept, removed = split_draft(Draft(sentences=sentences), critique)
-    assert kept == [sentences[1], sentences[3]]
-    assert removed == [(sentences[0], "uncited"), (sentences[2], "unsupported: not in the cited quotes: 2")]
+    assert failing_sentences(Draft(sentences=sentences), critique) == {
+        2: "unsupported: not in the cited quotes: 2",
+        0: "uncited",
+    }
 
 
-def test_split_draft_of_an_approved_draft_keeps_everything() -> None:
+def test_an_approved_draft_has_no_failing_sentence() -> None:
     draft = Draft(sentences=[sentence("Christopher Nolan is a film director.", "S1")])
-    assert split_draft(draft, Critique(approved=True)) == (draft.sentences, [])
+    assert failing_sentences(draft, Critique(approved=True)) == {}

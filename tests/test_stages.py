@@ -100,3 +100,31 @@ def test_markdown_cites_inline_and_lists_only_cited_sources() -> None:
         slug("What's the boiling point of water, at 2,000 m?")
         == "what-s-the-boiling-point-of-water-at-2-000-m"
     )
+
+
+def test_a_sentence_still_failing_after_the_loop_is_removed_by_position() -> None:
+    from dataclasses import replace
+
+    from citeflow.contracts import SynthesisInput
+    from citeflow.extractive import extractive_engine
+    from tasks.writer import write_report
+
+    class Stubborn:
+        """A synthesiser that ignores every critique: the loop must end on no progress."""
+
+        def write(self, request: SynthesisInput) -> Draft:
+            return Draft(
+                sentences=[
+                    DraftSentence(text="a quote long enough to count", cites=["S1"], section="q1"),
+                    DraftSentence(text="Paris is the capital of Peru.", cites=["S9"], section="q1"),
+                ]
+            )
+
+    engine = replace(extractive_engine(), synthesiser=Stubborn())
+    request = SynthesisInput(question="Why?", subquestions=[sub(1, "Why?")], claims=[claim("q1")], sources=[])
+
+    review = write_report(engine, request, revisions_max=2, may_revise=lambda: True)
+
+    assert review.end is LoopEnd.same_draft and review.revisions == 1
+    assert set(review.removed) == {1} and review.removed[1].startswith("unknown_id")
+    assert [sentence.text for sentence in review.kept] == ["a quote long enough to count"]
