@@ -101,9 +101,17 @@ def test_reply_slower_than_the_timeout(server: ScriptedServer) -> None:
 
 
 def test_slow_then_fast_reply_succeeds_on_retry(server: ScriptedServer) -> None:
+    log = MemoryCallLog()
+    # The slow reply is invalid too, so only the timeout (not a validation retry) may explain attempt 2.
     server.enqueue(Reply(content="{}", delay=1.0), json_reply(PLAN))
-    plan = make_client(server, timeout_seconds=0.3, max_attempts=2).structured(ASK, PlanReply)
+    plan = make_client(server, log, timeout_seconds=0.3, max_attempts=2).structured(ASK, PlanReply)
     assert plan.subquestions[0].query == "Acme founder"
+    assert [(c.attempt, c.outcome, c.detail) for c in log.calls] == [
+        (1, Outcome.failed, "json_schema; no reply within 0.3 s"),
+        (2, Outcome.ok, "json_schema"),
+    ]
+    first, second = server.requests
+    assert len(second.body["messages"]) == len(first.body["messages"])  # a resend, not a validation retry
 
 
 def test_dropped_connection_is_retried(server: ScriptedServer) -> None:
