@@ -136,6 +136,9 @@ def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         raise StoreError(str(path), f"could not be opened: {error}", "the file was left untouched") from error
     try:
         con.execute(f"LOAD '{fts_extension_path()}'")
+        # After the one file the store needs is loaded, SQL may touch no other file (citeflow sql
+        # runs user statements, on this connection too when this process already holds the store).
+        con.execute("SET enable_external_access = false")
     except duckdb.Error as error:
         con.close()
         raise StoreError(
@@ -273,12 +276,12 @@ class EvidenceStore:
         except (duckdb.IOException, duckdb.TransactionException) as error:
             # A full disk surfaces as either, at a write or at commit; DuckDB rolls the transaction
             # back, so everything committed before is intact. Other transaction conflicts re-raise.
-            if "Could not write" not in str(error) and not isinstance(error, duckdb.IOException):
+            if isinstance(error, duckdb.TransactionException) and "Could not write" not in str(error):
                 raise
             raise StoreError(
                 str(self.path),
-                f"could not write: {str(error).split(': ')[-1]}",
-                "this write was rolled back; everything stored before it is intact",
+                f"could not be read or written: {str(error).split(': ')[-1]}",
+                "this step was rolled back; everything stored before it is intact",
             ) from error
         finally:
             cur.close()
@@ -745,8 +748,8 @@ def _run_select(cur: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], li
 def read_only_query(path: Path, sql: str) -> tuple[list[str], list[tuple]]:
     """Run one SELECT on the store at `path` through a read-only connection of its own.
 
-    Belt and braces: the statement type is checked, the connection cannot write, and external
-    file access is switched off after fts is loaded, so the SQL cannot read or write other files.
+    Belt and braces: the statement type is checked, the connection cannot write, and every store
+    connection has external file access switched off, so the SQL cannot read or write other files.
     """
     check_read_only_sql(sql)
     path = Path(path)
@@ -761,7 +764,6 @@ def read_only_query(path: Path, sql: str) -> tuple[list[str], list[tuple]]:
     _check_is_duckdb_file(path)
     con = _connect(path, read_only=True)
     try:
-        con.execute("SET enable_external_access = false")
         return _run_select(con, sql)
     finally:
         con.close()

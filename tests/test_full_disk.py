@@ -55,8 +55,8 @@ def test_ingest_onto_a_full_disk_is_one_line_and_keeps_what_was_stored(
     full = runner.invoke(app, ["ingest", str(big), "--db", str(db)])
 
     assert full.exit_code == 1
-    assert "could not write: No space left on device" in full.stderr
-    assert "everything stored before it is intact" in full.stderr
+    assert "could not be read or written: No space left on device" in full.stderr
+    assert "rolled back; everything stored before it is intact" in full.stderr
     assert len(full.stderr.strip().splitlines()) == 1
     close_stores()
     assert read_only_query(db, "SELECT url FROM pages")[1] == [("https://a.example/",)]

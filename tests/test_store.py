@@ -126,7 +126,7 @@ def test_put_pages_is_all_or_nothing(store: EvidenceStore, monkeypatch: pytest.M
         raise duckdb.IOException("simulated failure after the rows were written")
 
     monkeypatch.setattr(EvidenceStore, "_put_pages", insert_then_fail)
-    with pytest.raises(StoreError, match="could not write: simulated failure.*rolled back"):
+    with pytest.raises(StoreError, match="could not be read or written: simulated failure.*rolled back"):
         store.put_pages([page(f"https://example.org/{n}", f"text {n}") for n in range(5)])
     assert inserted == [5]  # the rows really were in the transaction before it failed
     assert count(store, "pages") == 0
@@ -374,6 +374,12 @@ def test_read_only_query_uses_its_own_connection(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         read_only_query(tmp_path / "missing.duckdb", "SELECT 1")
     assert read_only_query(path, "SELECT count(*) FROM pages")[1] == [(1,)]
+    get_store(path)  # this process now holds the store read-write: the query runs on that connection
+    try:
+        with pytest.raises(InputError, match="file system operations are disabled"):
+            read_only_query(path, f"SELECT * FROM read_csv('{outside}')")
+    finally:
+        close_stores()
 
 
 # -- one store per process, shared by threads ---------------------------------------------------
