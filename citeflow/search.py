@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from citeflow.contracts import SearchResult
 
 
+@runtime_checkable
 class Searcher(Protocol):
     name: str
 

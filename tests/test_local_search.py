@@ -15,20 +15,21 @@ from storage.ingest import ingest_paths
 from storage.search import SNIPPET_CHARS, LocalSearch, index_is_stale, snippet
 from storage.store import EvidenceStore
 
-CORPUS = Path("/work/shared/eval/hotpotqa-100.corpus.jsonl")
 
-
-def corpus_records() -> list[dict]:
-    if not CORPUS.exists():
-        pytest.skip(f"{CORPUS} is not on this machine")
-    return [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+@pytest.fixture(scope="module")
+def corpus(eval_dir: Path) -> Path:
+    return eval_dir / "hotpotqa-100.corpus.jsonl"
 
 
 @pytest.fixture(scope="module")
-def corpus_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvidenceStore]:
-    corpus_records()  # skip early if the corpus is absent
+def corpus_records(corpus: Path) -> list[dict]:
+    return [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def corpus_store(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvidenceStore]:
     with EvidenceStore.open(tmp_path_factory.mktemp("corpus") / "corpus.duckdb") as store:
-        ingest_paths(store, [CORPUS])
+        ingest_paths(store, [corpus])
         yield store
 
 
@@ -39,8 +40,8 @@ def store(tmp_path: Path) -> Iterator[EvidenceStore]:
 
 
 def test_local_search_is_a_searcher(store: EvidenceStore) -> None:
-    searcher: Searcher = LocalSearch(store)
-    assert searcher.name == "local"
+    assert isinstance(LocalSearch(store), Searcher)
+    assert LocalSearch(store).name == "local"
 
 
 def test_a_title_query_finds_its_page_first(corpus_store: EvidenceStore) -> None:
@@ -54,8 +55,10 @@ def test_a_title_query_finds_its_page_first(corpus_store: EvidenceStore) -> None
     assert "1932" in results[0].snippet and len(results[0].snippet) <= SNIPPET_CHARS + 2
 
 
-def test_titles_rank_their_own_page_first_across_the_corpus(corpus_store: EvidenceStore) -> None:
-    records = corpus_records()
+def test_titles_rank_their_own_page_first_across_the_corpus(
+    corpus_store: EvidenceStore, corpus_records: list[dict]
+) -> None:
+    records = corpus_records
     sample = records[::10]
     search = LocalSearch(corpus_store)
     # A title shared by two records cannot single one out; count those as hits if either is first.
@@ -70,7 +73,9 @@ def test_titles_rank_their_own_page_first_across_the_corpus(corpus_store: Eviden
     assert hits / len(sample) >= 0.9, f"{hits} of {len(sample)} titles ranked first"
 
 
-def test_queries_with_quotes_and_punctuation_are_safe(corpus_store: EvidenceStore) -> None:
+def test_queries_with_quotes_and_punctuation_are_safe(
+    corpus_store: EvidenceStore, corpus_records: list[dict]
+) -> None:
     search = LocalSearch(corpus_store)
     for query in [
         "O'Brien's \"band\"; DROP TABLE pages; --",
@@ -81,7 +86,7 @@ def test_queries_with_quotes_and_punctuation_are_safe(corpus_store: EvidenceStor
         results = search.search(query, 5)
         assert all(r.rank == i for i, r in enumerate(results, start=1))
     assert "Dandy Warhols" in search.search("Dandy Warhols; DROP TABLE pages", 1)[0].title
-    assert corpus_store.query("SELECT count(*) FROM pages")[1] == [(len(corpus_records()),)]
+    assert corpus_store.query("SELECT count(*) FROM pages")[1] == [(len(corpus_records),)]
 
 
 def test_limit_and_no_match(corpus_store: EvidenceStore) -> None:
