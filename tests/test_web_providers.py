@@ -148,3 +148,14 @@ def test_provider_chain_order_and_configuration_errors() -> None:
         provider_chain(settings, "local")
     with pytest.raises(InputError, match="unknown provider 'bing'"):
         provider_chain(settings, "bing")
+
+
+def test_provider_chain_reads_a_comma_separated_choice_as_typed() -> None:
+    settings = WebSettings(provider_order=("duckduckgo", "wikipedia", "local"))
+    expected = ["wikipedia", "local", "duckduckgo"]
+    assert provider_chain(settings, "wikipedia, local", local_available=True) == expected
+    assert provider_chain(settings, " Wikipedia ,LOCAL,", local_available=True) == expected
+    assert provider_chain(settings, ["wikipedia", " local"], local_available=True) == expected
+    assert provider_chain(settings, " local ", local_available=True) == ["local"]  # local alone stays alone
+    with pytest.raises(InputError, match="unknown provider 'bing'"):
+        provider_chain(settings, "wikipedia, bing")

@@ -23,7 +23,7 @@ from citeflow.contracts import SearchResult
 from citeflow.errors import FetchError, InputError
 from citeflow.search import Searcher
 from citeflow.web.breaker import BreakerBoard
-from citeflow.web.settings import PROVIDER_NAMES, WebSettings
+from citeflow.web.settings import PROVIDER_NAMES, WebSettings, parse_provider_order
 
 if TYPE_CHECKING:
     from storage.store import EvidenceStore
@@ -259,12 +259,13 @@ def provider_chain(
     local_available: bool = False,
 ) -> list[str]:
     """The chosen provider(s) first, then the default order, each once; `local` alone
-    stays alone.
+    stays alone. `chosen` may be one comma-separated string (`"wikipedia, local"`), as typed.
 
     A chosen provider that is not configured is an InputError; an unconfigured one further down
     the order is left out.
     """
-    first = [chosen] if isinstance(chosen, str) else list(chosen or [])
+    # Names as typed carry spaces and capitals; trim and lower-case them the same way in both forms.
+    first = list(parse_provider_order(chosen if isinstance(chosen, str) else ",".join(chosen or [])))
     unknown = [name for name in first if name not in PROVIDER_NAMES]
     if unknown:
         raise InputError("--search", f"unknown provider {unknown[0]!r}; known: {', '.join(PROVIDER_NAMES)}")
