@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from citeflow.contracts import Question, Report
@@ -57,7 +58,8 @@ DbOption = Annotated[
 
 
 def fail(error: CiteflowError) -> None:
-    err.print(f"[bold red]error:[/] {error}", markup=True, highlight=False, soft_wrap=True)
+    # Escaped: messages name config sections such as "[models]", which rich would read as markup and drop.
+    err.print(f"[bold red]error:[/] {escape(str(error))}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from citeflow.cli import app
 from citeflow.errors import InputError
-from citeflow.llm.settings import RoleName, load_model_settings
+from citeflow.llm.settings import Limits, ModelSettings, RoleConfig, RoleName, load_model_settings
 
 ENV = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "CITEFLOW_MODEL": "base-model", "OPENAI_API_KEY": "sk-x"}
 
@@ -58,6 +60,12 @@ cost_budget = 1.5
 [prices.small]
 input_per_million = 0.1
 output_per_million = 0.4
+[prices.strong]
+input_per_million = 1.0
+output_per_million = 4.0
+[prices.base-model]
+input_per_million = 0.0
+output_per_million = 0.0
 [search]
 provider = "someone else's section, ignored here"
 """,
@@ -99,3 +107,39 @@ def test_unknown_key_is_an_error_naming_file_and_section(tmp_path: Path) -> None
 def test_missing_explicit_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="does not exist"):
         load_model_settings(tmp_path / "nope.toml", ENV)
+
+
+def test_cost_budget_needs_a_price_for_every_model() -> None:
+    with pytest.raises(InputError, match="no \\[prices\\] entry for unpriced"):
+        ModelSettings(
+            roles={RoleName.planner: RoleConfig(model="unpriced", base_url="http://127.0.0.1:9/v1")},
+            limits=Limits(cost_budget=1.0),
+        )
+
+
+def test_cost_budget_without_prices_fails_when_settings_load(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "[models]\ncost_budget = 1.0\n[prices.base-model]\ninput_per_million = 1.0\n"
+        'output_per_million = 1.0\n[verifier]\nmodel = "strong"\n',
+    )
+    with pytest.raises(InputError, match="^\\[models\\] cost_budget: no \\[prices\\] entry for strong "):
+        load_model_settings(path, ENV)
+
+
+UNPRICED = ["--set", "models.cost_budget=0.5", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+UNPRICED_MESSAGE = "[models] cost_budget: no [prices] entry for m (no model was called)"
+
+
+def test_run_with_an_unpriced_cost_budget_fails_before_any_run(tmp_path: Path) -> None:
+    db = tmp_path / "never.duckdb"
+    result = CliRunner().invoke(app, ["run", "Who founded Acme?", "--db", str(db), *UNPRICED])
+    assert result.exit_code == 1
+    assert UNPRICED_MESSAGE in result.stderr
+    assert not db.exists()  # failed before the store was opened, so before any run
+
+
+def test_models_check_reports_an_unpriced_cost_budget() -> None:
+    result = CliRunner().invoke(app, ["models", "check", *UNPRICED])
+    assert result.exit_code == 1
+    assert UNPRICED_MESSAGE in result.stderr

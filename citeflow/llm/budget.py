@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from citeflow.contracts import ModelCall
-from citeflow.errors import InputError
 from citeflow.llm.errors import BudgetExhausted
 from citeflow.llm.settings import ModelSettings, Price
 
@@ -82,17 +81,9 @@ class Budget:
 
     @classmethod
     def for_settings(cls, settings: ModelSettings, log: CallLog, run_id: str, token_limit: int) -> Budget:
-        """A budget for a run; a cost budget needs a price for every configured model, or it cannot hold."""
-        cost_limit = settings.limits.cost_budget
-        if cost_limit is not None:
-            unpriced = sorted({r.model for r in settings.roles.values()} - settings.prices.keys())
-            if unpriced:
-                raise InputError(
-                    "[models] cost_budget",
-                    f"no [prices] entry for {', '.join(unpriced)}",
-                    "no model was called",
-                )
-        return cls(log, run_id, token_limit, cost_limit, settings.prices)
+        """A budget for a run, with the settings' cost limit and prices (ModelSettings checked that
+        every configured model has a price when there is a cost limit)."""
+        return cls(log, run_id, token_limit, settings.limits.cost_budget, settings.prices)
 
     def used_tokens(self) -> int:
         return sum(self._log.run_tokens(self._run_id))

@@ -22,7 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from citeflow.errors import InputError
 
@@ -96,6 +96,21 @@ class ModelSettings(BaseModel):
     roles: dict[RoleName, RoleConfig] = Field(default_factory=dict, description="Configured roles only.")
     limits: Limits = Field(default_factory=lambda: Limits())
     prices: dict[str, Price] = Field(default_factory=dict, description="Keyed by model name.")
+
+    @model_validator(mode="after")
+    def cost_budget_has_prices(self) -> ModelSettings:
+        """A cost budget without a price for every configured model could not hold, so settings with one
+        are refused here, before any run. InputError (not ValueError) so that pydantic lets it through
+        unwrapped, as the one clear line the command line prints."""
+        if self.limits.cost_budget is not None:
+            unpriced = sorted({r.model for r in self.roles.values()} - self.prices.keys())
+            if unpriced:
+                raise InputError(
+                    "[models] cost_budget",
+                    f"no [prices] entry for {', '.join(unpriced)}",
+                    "no model was called",
+                )
+        return self
 
     def role(self, name: RoleName) -> RoleConfig | None:
         return self.roles.get(name)
