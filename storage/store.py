@@ -11,11 +11,12 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import duckdb
 import duckdb_extension_fts
@@ -190,6 +191,23 @@ def _claim_from_row(row: tuple) -> Claim:
         status=row[9],
         reason=row[10],
         source_id=row[11],
+    )
+
+
+def _insert(cur: duckdb.DuckDBPyConnection, table: str, records: Sequence[BaseModel], **extra: Any) -> None:
+    """Insert contract records into the table that mirrors them: columns are the models' field names
+    (storage/migrations.py keeps them equal), plus `extra` columns the same for every row."""
+    if not records:
+        return
+    rows = [
+        {name: _to_column(v) if isinstance(v, datetime) else v for name, v in record.model_dump().items()}
+        | extra
+        for record in records
+    ]
+    columns = list(rows[0])
+    cur.executemany(
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        [list(row.values()) for row in rows],
     )
 
 
@@ -444,10 +462,7 @@ class EvidenceStore:
 
     def add_subquestions(self, run_id: str, subquestions: list[SubQuestion]) -> None:
         with self.transaction() as cur:
-            cur.executemany(
-                "INSERT INTO subquestions (run_id, id, position, text, query) VALUES (?, ?, ?, ?, ?)",
-                [[run_id, sq.id, sq.position, sq.text, sq.query] for sq in subquestions],
-            )
+            _insert(cur, "subquestions", subquestions, run_id=run_id)
 
     def subquestions(self, run_id: str) -> list[SubQuestion]:
         with self.cursor() as cur:
@@ -458,33 +473,12 @@ class EvidenceStore:
         return [SubQuestion(id=r[0], position=r[1], text=r[2], query=r[3]) for r in rows]
 
     def add_search_results(self, run_id: str, subquestion_id: str, results: list[SearchResult]) -> None:
-        if not results:
-            return
         with self.transaction() as cur:
-            cur.executemany(
-                "INSERT INTO search_results "
-                "(run_id, subquestion_id, provider, rank, url, title, snippet, page_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    [run_id, subquestion_id, r.provider, r.rank, r.url, r.title, r.snippet, r.page_id]
-                    for r in results
-                ],
-            )
+            _insert(cur, "search_results", results, run_id=run_id, subquestion_id=subquestion_id)
 
     def add_run_source(self, source: RunSource) -> None:
         with self.cursor() as cur:
-            cur.execute(
-                "INSERT INTO run_sources (run_id, subquestion_id, page_id, provider, rank, source_id) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    source.run_id,
-                    source.subquestion_id,
-                    source.page_id,
-                    source.provider,
-                    source.rank,
-                    source.source_id,
-                ],
-            )
+            _insert(cur, "run_sources", [source])
 
     def run_sources(self, run_id: str) -> list[RunSource]:
         with self.cursor() as cur:
@@ -505,29 +499,8 @@ class EvidenceStore:
     # -- claims and sources --------------------------------------------------------------------
 
     def add_claims(self, claims: list[Claim]) -> None:
-        if not claims:
-            return
         with self.transaction() as cur:
-            cur.executemany(
-                f"INSERT INTO claims ({CLAIM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    [
-                        c.id,
-                        c.run_id,
-                        c.subquestion_id,
-                        c.page_id,
-                        c.page_hash,
-                        c.text,
-                        c.quote,
-                        c.quote_start,
-                        c.quote_end,
-                        c.status.value,
-                        c.reason,
-                        c.source_id,
-                    ]
-                    for c in claims
-                ],
-            )
+            _insert(cur, "claims", claims)
 
     def claims(self, run_id: str, status: ClaimStatus | None = None) -> list[Claim]:
         """The run's claims, C1, C2, ... C10 in natural order; only those with `status` if given."""
@@ -588,40 +561,12 @@ class EvidenceStore:
     # -- report, usage, traces, errors ---------------------------------------------------------
 
     def add_report_sentences(self, sentences: list[ReportSentence]) -> None:
-        if not sentences:
-            return
         with self.transaction() as cur:
-            cur.executemany(
-                "INSERT INTO report_sentences (run_id, position, section, text, cites, status, reason) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    [s.run_id, s.position, s.section, s.text, s.cites, s.status.value, s.reason]
-                    for s in sentences
-                ],
-            )
+            _insert(cur, "report_sentences", sentences)
 
     def add_model_call(self, call: ModelCall) -> None:
         with self.cursor() as cur:
-            cur.execute(
-                "INSERT INTO model_calls (run_id, role, model, endpoint, prompt_tokens, completion_tokens, "
-                "tokens_estimated, latency_seconds, attempt, outcome, prompt_hash, detail, called_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    call.run_id,
-                    call.role,
-                    call.model,
-                    call.endpoint,
-                    call.prompt_tokens,
-                    call.completion_tokens,
-                    call.tokens_estimated,
-                    call.latency_seconds,
-                    call.attempt,
-                    call.outcome.value,
-                    call.prompt_hash,
-                    call.detail,
-                    utc_now(),
-                ],
-            )
+            _insert(cur, "model_calls", [call], called_at=utc_now())
 
     def run_tokens(self, run_id: str) -> tuple[int, int]:
         """(prompt, completion) tokens the run's model calls used so far: the budget reads this."""
@@ -648,29 +593,11 @@ class EvidenceStore:
 
     def add_trace(self, trace: Trace) -> None:
         with self.cursor() as cur:
-            cur.execute(
-                "INSERT INTO traces "
-                "(run_id, stage, subquestion_id, actor, started_at, ended_at, outcome, detail) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    trace.run_id,
-                    trace.stage,
-                    trace.subquestion_id,
-                    trace.actor,
-                    _to_column(trace.started_at),
-                    _to_column(trace.ended_at),
-                    trace.outcome.value,
-                    trace.detail,
-                ],
-            )
+            _insert(cur, "traces", [trace])
 
     def add_error(self, error: RunError) -> None:
         with self.cursor() as cur:
-            cur.execute(
-                "INSERT INTO errors (run_id, stage, subquestion_id, detail, recorded_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [error.run_id, error.stage, error.subquestion_id, error.detail, utc_now()],
-            )
+            _insert(cur, "errors", [error], recorded_at=utc_now())
 
     def errors(self, run_id: str) -> list[RunError]:
         with self.cursor() as cur:
