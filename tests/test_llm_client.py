@@ -14,7 +14,7 @@ from openai_server import Reply, ScriptedServer, json_reply
 
 from citeflow.contracts import Outcome
 from citeflow.llm.budget import Budget, MemoryCallLog
-from citeflow.llm.client import EndpointPool, RoleClient
+from citeflow.llm.client import EndpointPool, RoleClient, retry_after_seconds
 from citeflow.llm.errors import BudgetExhausted, ModelRejected, ModelUnavailable
 from citeflow.llm.prompts import PlanReply
 from citeflow.llm.settings import Limits, RoleConfig, RoleName
@@ -79,6 +79,15 @@ def test_429_with_retry_after_is_honoured(server: ScriptedServer) -> None:
         (1, Outcome.failed, "json_schema; HTTP 429"),
         (2, Outcome.ok, "json_schema"),
     ]
+
+
+def test_negative_retry_after_ms_waits_zero(server: ScriptedServer) -> None:
+    assert retry_after_seconds({"retry-after-ms": "-500"}) == 0.0
+    assert retry_after_seconds({"retry-after-ms": "250"}) == 0.25
+    # through the real client: a negative wait would make tenacity's sleep raise instead of retrying
+    server.enqueue(Reply(status=429, error="slow down", headers={"retry-after-ms": "-500"}), json_reply(PLAN))
+    assert make_client(server).structured(ASK, PlanReply).subquestions[0].query == "Acme founder"
+    assert len(server.requests) == 2
 
 
 def test_500_storm_stops_at_the_attempt_bound(server: ScriptedServer) -> None:

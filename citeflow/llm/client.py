@@ -55,7 +55,7 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     """The wait a server asked for, from retry-after-ms, or Retry-After as seconds or an HTTP date."""
     if "retry-after-ms" in headers:
         try:
-            return float(headers["retry-after-ms"]) / 1000
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)  # a negative wait makes sleep() raise
         except ValueError:
             pass
     value = headers.get("retry-after")
