@@ -13,6 +13,9 @@ differ. Only the latest version of each canonical URL is returned.
 from __future__ import annotations
 
 import re
+from datetime import datetime
+
+import duckdb
 
 from citeflow.contracts import SearchResult
 from storage.store import EvidenceStore, utc_now
@@ -43,34 +46,37 @@ LIMIT $limit
 """
 
 
+def _pages_state(cur: duckdb.DuckDBPyConnection) -> tuple[int, datetime | None]:
+    """What an index built now would cover: the page count and the newest stored_at."""
+    count, newest = cur.execute("SELECT count(*), max(stored_at) FROM pages").fetchone()  # type: ignore[misc]
+    return count, newest
+
+
 def index_is_stale(store: EvidenceStore) -> bool:
     with store.cursor() as cur:
-        current = cur.execute("SELECT count(*), max(stored_at) FROM pages").fetchone()
         built = cur.execute("SELECT pages, max_stored_at FROM search_index").fetchone()
-        has_index = cur.execute(
+        (schemas,) = cur.execute(  # type: ignore[misc]
             "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'fts_main_pages'"
         ).fetchone()
-    return built is None or not has_index or has_index[0] == 0 or tuple(built) != tuple(current or ())
+        return built is None or schemas == 0 or tuple(built) != _pages_state(cur)
 
 
-def refresh_index(store: EvidenceStore, force: bool = False) -> bool:
-    """Rebuild the full-text index if pages changed since it was built; True if it was rebuilt.
+def refresh_index(store: EvidenceStore) -> None:
+    """Rebuild the full-text index if pages changed since it was built.
 
     An empty store gets no index: fts cannot index nothing, and a search of nothing is [].
     """
     if store.read_only:
-        return False  # a read-only store searches the index as it was last built
+        return  # a read-only store searches the index as it was last built
     with store.index_lock:
-        if not force and not index_is_stale(store):
-            return False
+        if not index_is_stale(store):
+            return
         with store.transaction() as cur:
-            row = cur.execute("SELECT count(*), max(stored_at) FROM pages").fetchone()
-            count, newest = (row[0], row[1]) if row else (0, None)
+            count, newest = _pages_state(cur)
             if count:
                 cur.execute("PRAGMA create_fts_index('pages', 'id', 'title', 'text', overwrite = 1)")
             cur.execute("DELETE FROM search_index")
             cur.execute("INSERT INTO search_index VALUES (?, ?, ?)", [count, newest, utc_now()])
-        return True
 
 
 def query_terms(query: str) -> list[str]:
