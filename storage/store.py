@@ -257,10 +257,11 @@ class EvidenceStore:
                     )
             else:
                 migrate(con)
-        except (duckdb.Error, StoreError) as error:
+        except StoreError:
             con.close()
-            if isinstance(error, StoreError):
-                raise
+            raise
+        except duckdb.Error as error:
+            con.close()
             raise StoreError(
                 str(path), f"could not be migrated: {error}", "the store is unchanged"
             ) from error
@@ -686,14 +687,8 @@ def read_only_query(path: Path, sql: str) -> tuple[list[str], list[tuple]]:
         # This process already holds the file read-write, and DuckDB refuses a second
         # connection to it with another configuration; the rolled-back cursor is the guard.
         return shared.query(sql)
-    if not path.exists():
-        raise StoreError(str(path), "does not exist; ingest or run something first", "nothing was created")
-    _check_is_duckdb_file(path)
-    con = _connect(path, read_only=True)
-    try:
-        return _run_select(con, sql)
-    finally:
-        con.close()
+    with EvidenceStore.open(path, read_only=True) as store:
+        return store.query(sql)
 
 
 _stores: dict[Path, EvidenceStore] = {}
