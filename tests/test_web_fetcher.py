@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from web_servers import HUGE_BYTES, LoopbackServer, Reply, Request, Site, outbound, running_site, settings_for
@@ -14,6 +14,7 @@ from citeflow.contracts import Origin
 from citeflow.errors import FetchError
 from citeflow.web.fetcher import Fetcher
 from citeflow.web.guard import FetchRefused, Guard
+from citeflow.web.robots import ROBOTS_MAX_BYTES
 from citeflow.web.settings import USER_AGENT
 
 
@@ -144,6 +145,32 @@ def test_robots_unreachable_disallows_and_missing_allows() -> None:
         with Fetcher(settings_for(down)) as fetcher, pytest.raises(FetchRefused, match="robots.txt"):
             fetcher.fetch(down.url("/a.html"))
         assert "/a.html" not in down.paths()
+
+
+@pytest.mark.parametrize("declare_length", [True, False])
+def test_robots_txt_past_the_parsing_limit_is_read_up_to_it_not_refused(declare_length: bool) -> None:
+    page = b"<html><body><article><p>" + b"Plenty of words here. " * 20 + b"</p></article></body></html>"
+    padding = b"# " + b"x" * 1022 + b"\n"
+    large = [b"User-agent: *\nDisallow: /private/\n", *[padding] * (HUGE_BYTES // len(padding))]
+    # The limit falls inside the last rule: `Disallow: /` is all that fits of `Disallow: /private/`.
+    head = b"User-agent: *\n#"
+    fill = b"x" * (ROBOTS_MAX_BYTES - len(head) - len(b"\nDisallow: /"))
+    cut = [head + fill + b"\nDisallow: /private/\n"]
+
+    def robots(chunks: list[bytes]) -> Callable[[Request], Reply]:
+        headers = {"Content-Type": "text/plain"}
+        if declare_length:
+            headers["Content-Length"] = str(sum(map(len, chunks)))
+        return lambda _: Reply(headers=headers, body=iter(chunks))
+
+    routes = {"/a.html": lambda _: Reply(body=page), "/private/b.html": lambda _: Reply(body=page)}
+    with LoopbackServer({**routes, "/robots.txt": robots(large)}) as site, Fetcher(settings_for(site)) as f:
+        assert "Plenty of words" in f.fetch(site.url("/a.html")).text
+        with pytest.raises(FetchRefused, match="robots.txt disallows"):
+            f.fetch(site.url("/private/b.html"))  # the rules before the limit still hold
+        assert site.sent < HUGE_BYTES / 4  # the fetcher stopped reading at the limit
+    with LoopbackServer({**routes, "/robots.txt": robots(cut)}) as site, Fetcher(settings_for(site)) as f:
+        assert "Plenty of words" in f.fetch(site.url("/a.html")).text
 
 
 def test_injection_page_is_kept_as_data_and_its_url_not_followed(web: Site, fetcher: Fetcher) -> None:

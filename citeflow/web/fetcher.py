@@ -127,8 +127,9 @@ class Fetcher:
             published=extracted.published,
         )
 
-    def get(self, url: str, max_bytes: int, obey_robots: bool) -> Body:
-        """Follow up to `max_redirects` hops, each guarded before it is connected to."""
+    def get(self, url: str, max_bytes: int, obey_robots: bool, truncate: bool = False) -> Body:
+        """Follow up to `max_redirects` hops, each guarded before it is connected to. A body past
+        `max_bytes` is refused, or with `truncate` cut to its first `max_bytes` bytes."""
         budget = self.settings.total_timeout
         current = url
         for hop in range(self.settings.max_redirects + 1):
@@ -151,7 +152,7 @@ class Fetcher:
                 )
             with self.limiter.slot(host):
                 started = time.monotonic()
-                location, body = self._request(target, max_bytes, started + budget)
+                location, body = self._request(target, max_bytes, started + budget, truncate)
                 budget -= time.monotonic() - started
             if location is None:
                 assert body is not None
@@ -159,7 +160,9 @@ class Fetcher:
             current = location
         raise FetchError(url, f"more than {self.settings.max_redirects} redirects")
 
-    def _request(self, target: Target, max_bytes: int, deadline: float) -> tuple[str | None, Body | None]:
+    def _request(
+        self, target: Target, max_bytes: int, deadline: float, truncate: bool
+    ) -> tuple[str | None, Body | None]:
         """One GET: (redirect location, None) or (None, body). Counts toward the host's breaker.
 
         It connects to the address the guard checked, naming the host in the Host header and in TLS
@@ -178,7 +181,7 @@ class Fetcher:
                 location = response.headers.get("location")
                 if response.status_code in REDIRECT_CODES and location:
                     return str(target.url.join(location)), None
-                content = self._read(url, response, max_bytes, deadline)
+                content = self._read(url, response, max_bytes, deadline, truncate)
                 content_type = response.headers.get("content-type", "")
                 return None, Body(url, response.status_code, content_type, content)
         except httpx.TimeoutException as error:
@@ -191,9 +194,11 @@ class Fetcher:
         note = f"; circuit breaker for {host} opened for {self.breakers.cooldown:.0f} s" if opened else ""
         raise FetchError(url, f"{problem}{note}")
 
-    def _read(self, url: str, response: httpx.Response, max_bytes: int, deadline: float) -> bytes:
+    def _read(
+        self, url: str, response: httpx.Response, max_bytes: int, deadline: float, truncate: bool
+    ) -> bytes:
         declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_bytes:
+        if not truncate and declared.isdigit() and int(declared) > max_bytes:
             raise FetchError(url, f"declares {int(declared):,} bytes; the cap is {max_bytes:,}")
         decode = _decoder(url, response.headers.get("content-encoding", "").strip().lower())
         chunks: list[bytes] = []
@@ -201,6 +206,9 @@ class Fetcher:
         for raw in response.iter_raw():
             chunk = decode(raw, max_bytes - size + 1)
             size += len(chunk)
+            if size > max_bytes and truncate:
+                chunks.append(chunk[: len(chunk) - (size - max_bytes)])
+                break  # the rest is never read
             if size > max_bytes:
                 raise FetchError(url, f"body passed the {max_bytes:,}-byte cap; refused")
             if time.monotonic() > deadline:
@@ -209,5 +217,10 @@ class Fetcher:
         return b"".join(chunks)
 
     def _get_robots(self, url: str) -> tuple[int, bytes]:
-        body = self.get(url, ROBOTS_MAX_BYTES, obey_robots=False)
-        return body.status, body.content
+        # RFC 9309 2.5: past the parsing limit a crawler reads no further, and the rules before it
+        # hold; refusing the file would turn a large robots.txt into "disallow everything".
+        body = self.get(url, ROBOTS_MAX_BYTES, obey_robots=False, truncate=True)
+        content = body.content
+        if len(content) == ROBOTS_MAX_BYTES:  # cut mid-line: half of `Disallow: /private/` is `/`
+            content = content[: content.rfind(b"\n") + 1]
+        return body.status, content
