@@ -307,8 +307,10 @@ def test_a_run_from_start_to_finish(store: EvidenceStore) -> None:
             [run],
         ).fetchone()
         cites = cur.execute("SELECT cites FROM report_sentences").fetchone()
+        trace = cur.execute("SELECT stage, actor, outcome, started_at = ended_at FROM traces").fetchall()
     assert row == ("complete", 2.5, "reports/run-1.md", "2.5", True)
     assert cites == (["S1"],)
+    assert trace == [("plan", "extractive", "ok", True)]
 
 
 def test_finishing_an_unknown_run_is_a_store_error(store: EvidenceStore) -> None:
