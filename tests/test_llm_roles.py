@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from openai_server import Reply, ScriptedServer, json_reply
@@ -18,6 +19,7 @@ from citeflow.contracts import (
     DraftSentence,
     Origin,
     Page,
+    PageInput,
     SentenceCheck,
     SentenceProblem,
     Source,
@@ -31,6 +33,9 @@ from citeflow.llm.errors import ModelRejected
 from citeflow.llm.prompts import UNTRUSTED_RULE
 from citeflow.llm.roles import ModelEngine, build_engine
 from citeflow.llm.settings import Limits, ModelSettings, RoleConfig, RoleName
+from storage.store import EvidenceStore
+from tasks.planner import enforce_plan
+from tasks.verifier import verify_page
 from tasks.writer import LoopEnd, revision_end
 
 QUESTION = "Who founded Acme Corp and when?"
@@ -92,8 +97,11 @@ def test_planner_reply_not_json_degrades_to_the_question(server: ScriptedServer)
     server.enqueue(
         Reply(content="Sure! Here are some ideas: 1. founders 2. dates"), Reply(content="Still prose.")
     )
-    plan = models.engine.planner.plan(QUESTION, 5)
-    assert plan == [SubQuestion(id="q1", position=0, text=QUESTION, query=QUESTION)]
+    proposed = models.engine.planner.plan(QUESTION, 5)
+    assert proposed == []
+    assert enforce_plan(QUESTION, proposed, 5) == [
+        SubQuestion(id="q1", position=0, text=QUESTION, query=QUESTION)
+    ]
     assert "the reply is not a JSON object" in server.requests[1].body["messages"][-1]["content"]
     (degradation,) = models.degradations.drain()
     assert degradation.role == "planner" and "failed validation twice" in degradation.reason
@@ -117,15 +125,31 @@ def test_query_writer_rewrites_the_queries(server: ScriptedServer) -> None:
     assert "2. Sub-question 1?" in server.requests[1].prompt
 
 
-def test_injected_page_is_delimited_as_data_and_caps_hold(server: ScriptedServer) -> None:
+def test_query_writer_sees_only_the_capped_plan(server: ScriptedServer) -> None:
+    models = engine_for(server, RoleName.planner, RoleName.query_writer)
+    server.enqueue(json_reply(planned(7)), json_reply({"queries": [f"q {i}" for i in range(5)]}))
+    assert [s.query for s in models.engine.planner.plan(QUESTION, 5)] == [f"q {i}" for i in range(5)]
+    assert "5. Sub-question 4?" in server.requests[1].prompt
+    assert "Sub-question 5?" not in server.requests[1].prompt  # not paid for what the cap drops
+
+
+def test_injected_page_is_delimited_as_data_and_caps_hold(server: ScriptedServer, tmp_path: Path) -> None:
     models = engine_for(server, RoleName.verifier)
     claims = [
         {"text": f"claim {i}", "quote": "Acme Corp was founded by Jane Doe in 1947 in Ohio."}
         for i in range(9)
     ]
     server.enqueue(json_reply({"claims": claims}))
-    drafts = models.engine.extractor.extract(SUB, PAGE, 3)
-    assert len(drafts) == 3  # the claims cap is code, not a request to the model
+    store = EvidenceStore.open(tmp_path / "evidence.duckdb")
+    try:
+        page, _ = store.put_page(
+            PageInput(url=PAGE.url, title=PAGE.title, text=PAGE.text, origin=Origin.ingested)
+        )
+        store.start_run("r1", QUESTION, "test", "local", "{}")
+        kept = verify_page(store, models.engine.extractor, "verifier", "r1", SUB, page.id, "C1", 3, 20)
+    finally:
+        store.close()
+    assert len(kept) == 3  # the model offered 9: the claims cap is code, not a request to the model
     system, user = server.requests[0].body["messages"]
     assert UNTRUSTED_RULE in system["content"] and INJECTION not in system["content"]
     block = re.search(

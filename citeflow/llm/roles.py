@@ -3,12 +3,13 @@
 Each role implements its protocol from citeflow.roles. When its model cannot give a usable answer
 (endpoint down past the retry bound, reply invalid twice, budget reached) the role degrades instead of
 failing the run, and records why in a DegradationLog the flow turns into run errors and caveats:
-  planner     -> the question itself as the only sub-question
+  planner     -> no sub-questions (the plan stage then uses the question itself)
   verifier    -> no claims from that page
   synthesiser -> the fallback (extractive) report
   critic      -> the fallback (mechanical) verdict
 A refused request (401, 404, ...) is a configuration error: it is raised, not degraded.
-Caps are applied here in code, whatever a reply says.
+Caps are applied in code, whatever a reply says: by the stage functions in tasks/ (which see every
+role's output), and here only where a cap saves a call (the plan is cut before the query writer sees it).
 """
 
 from __future__ import annotations
@@ -95,13 +96,15 @@ class ModelPlanner:
             reply = self.client.structured(messages, prompts.PlanReply)
         except DegradableError as exc:
             self.degradations.add(RoleName.planner, "plan", exc)
-            return [SubQuestion(id="q1", position=0, text=question, query=question)]
-        planned = reply.subquestions[:max_subquestions]  # the cap holds whatever the model proposed
+            return []  # tasks.planner.enforce_plan makes the question itself the one sub-question
+        # Capped before the query writer is asked, so it is not paid for sub-questions the plan drops.
+        # Stripping, deduplication and the final numbering are enforce_plan's.
+        planned = reply.subquestions[:max_subquestions]
         queries = [p.query for p in planned]
         if self.query_writer is not None:
             queries = self.query_writer.queries(question, [p.text for p in planned]) or queries
         return [
-            SubQuestion(id=f"q{n + 1}", position=n, text=p.text.strip(), query=query.strip())
+            SubQuestion(id=f"q{n + 1}", position=n, text=p.text, query=query)
             for n, (p, query) in enumerate(zip(planned, queries, strict=True))
         ]
 
@@ -119,7 +122,7 @@ class ModelVerifier:
         except DegradableError as exc:
             self.degradations.add(RoleName.verifier, page.url, exc)
             return []
-        return reply.claims[:limit]
+        return reply.claims  # tasks.verifier.verify_page caps them at `limit`
 
 
 class ModelSynthesiser:
