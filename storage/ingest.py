@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import trafilatura
 from pydantic import BaseModel, Field
-from trafilatura.settings import Document
 
 from citeflow.contracts import Origin, PageInput
 from citeflow.errors import IngestError
+from citeflow.web.extract import TITLE_MAX_CHARS, first_line_title, html_document
 from storage.search import refresh_index
 from storage.store import EvidenceStore
 
@@ -25,7 +24,6 @@ MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
 TEXT_SUFFIXES = frozenset({".txt"})
 JSONL_SUFFIXES = frozenset({".jsonl"})
 SUPPORTED = HTML_SUFFIXES | MARKDOWN_SUFFIXES | TEXT_SUFFIXES | JSONL_SUFFIXES
-TITLE_MAX_CHARS = 200
 NOTHING_LOADED = "nothing was loaded; the store is unchanged"
 
 
@@ -71,7 +69,7 @@ def text_title(text: str, path: Path, markdown: bool) -> str:
                 heading = line.lstrip("#").strip()
                 if heading:
                     return heading[:TITLE_MAX_CHARS]
-    return lines[0][:TITLE_MAX_CHARS] if lines else path.stem
+    return first_line_title(text) or path.stem
 
 
 def parse_text_file(path: Path, markdown: bool) -> list[PageInput]:
@@ -86,19 +84,17 @@ def parse_html_file(path: Path) -> list[PageInput]:
     raw = path.read_bytes()
     if not raw.strip():
         raise Skip("the file is empty")
-    # Raw bytes, so trafilatura reads the page's own charset declaration.
-    document = trafilatura.bare_extraction(raw, with_metadata=True, favor_recall=True)
-    if not isinstance(document, Document) or not (document.text or "").strip():
+    # Recall first: a file on disk was chosen by a person, so keep what the page says.
+    extracted = html_document(raw, url=None, favor_recall=True)
+    if extracted is None:
         raise Skip("no text could be extracted from the HTML")
-    text = (document.text or "").strip()
-    title = (document.title or "").strip() or path.stem
     return [
         PageInput(
             url=path.resolve().as_uri(),
-            title=title[:TITLE_MAX_CHARS],
-            text=text,
+            title=extracted.title or path.stem[:TITLE_MAX_CHARS],
+            text=extracted.text,
             origin=Origin.ingested,
-            published=document.date or None,
+            published=extracted.published,
         )
     ]
 

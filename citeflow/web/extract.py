@@ -1,7 +1,8 @@
 """Turn a fetched body into page text, title and publication date.
 
-HTML goes through trafilatura (main text only, favouring precision over recall), PDF through
-pypdf, plain text is decoded as is. A body that claims to be text but is binary is refused: it
+HTML goes through trafilatura (main text only; fetched pages favour precision over recall, files
+ingested from disk recall, through the same `html_document`), PDF through pypdf, plain text is
+decoded as is. A body that claims to be text but is binary is refused: it
 would otherwise become pages of noise that quotes could be "found" in.
 """
 
@@ -22,7 +23,7 @@ PDF_PAGES_MAX = 300  # extraction time grows with pages; a longer PDF is read up
 SNIFF_BYTES = 65_536
 CONTROL_MAX = 0.05  # share of control bytes above which a body is "not text"
 TEXT_CONTROLS = frozenset(b"\t\n\r\f\x1b")
-TITLE_MAX_CHARS = 300
+TITLE_MAX_CHARS = 300  # one limit for every title stored in pages.title, fetched or ingested
 
 
 @dataclass(frozen=True)
@@ -54,17 +55,42 @@ def _check_is_text(url: str, body: bytes) -> None:
         raise FetchError(url, f"not text: {control} of the first {len(sample)} bytes are control bytes")
 
 
-def _html(url: str, body: bytes) -> Extracted:
+def first_line_title(text: str) -> str:
+    """The first non-empty line, cut to the title limit; "" when there is none."""
+    first_line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first_line[:TITLE_MAX_CHARS]
+
+
+def html_document(body: bytes, url: str | None, favor_recall: bool) -> Extracted | None:
+    """Main text, title and date of an HTML body; None when it holds no readable main text.
+
+    Raw bytes, so trafilatura reads the page's own charset declaration. `favor_recall` is for files
+    a person chose to ingest: keep more of the page, comments included. Fetched pages favour
+    precision and drop comments: boilerplate is text a quote could be "found" in.
+    """
     document = trafilatura.bare_extraction(
-        body, url=url, favor_precision=True, with_metadata=True, include_comments=False
+        body,
+        url=url,
+        favor_precision=not favor_recall,
+        favor_recall=favor_recall,
+        include_comments=favor_recall,
+        with_metadata=True,
     )
     # as_dict is off, so a result is a Document; anything else means no extraction.
     if not isinstance(document, Document) or not (document.text or "").strip():
-        raise FetchError(url, "no readable main text in the HTML")
-    text = (document.text or "").strip()
+        return None
     return Extracted(
-        title=(document.title or "").strip()[:TITLE_MAX_CHARS], text=text, published=document.date or None
+        title=(document.title or "").strip()[:TITLE_MAX_CHARS],
+        text=(document.text or "").strip(),
+        published=document.date or None,
     )
+
+
+def _html(url: str, body: bytes) -> Extracted:
+    extracted = html_document(body, url, favor_recall=False)
+    if extracted is None:
+        raise FetchError(url, "no readable main text in the HTML")
+    return extracted
 
 
 def _pdf(url: str, body: bytes) -> Extracted:
@@ -90,8 +116,7 @@ def _plain(url: str, body: bytes, charset: str | None) -> Extracted:
         text = body.decode("utf-8", errors="replace").strip()
     if not text:
         raise FetchError(url, "the text body is empty")
-    first_line = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return Extracted(title=first_line[:TITLE_MAX_CHARS], text=text, published=None)
+    return Extracted(title=first_line_title(text), text=text, published=None)
 
 
 def extract(url: str, body: bytes, content_type: str) -> Extracted:
