@@ -128,3 +128,52 @@ def test_a_sentence_still_failing_after_the_loop_is_removed_by_position() -> Non
     assert review.end is LoopEnd.same_draft and review.revisions == 1
     assert set(review.removed) == {1} and review.removed[1].startswith("unknown_id")
     assert [sentence.text for sentence in review.kept] == ["a quote long enough to count"]
+
+
+def test_the_loop_ends_when_the_critic_repeats_itself_on_a_changed_draft() -> None:
+    from dataclasses import replace
+
+    from citeflow.contracts import SentenceCheck, SentenceProblem, SynthesisInput
+    from citeflow.extractive import extractive_engine
+    from tasks.writer import write_report
+
+    same = Critique(
+        approved=False,
+        notes="too thin",
+        problems=[SentenceProblem(index=0, check=SentenceCheck.unsupported, detail="say more")],
+    )
+
+    class Growing:
+        """A synthesiser whose every draft differs from the last (one more sentence each time)."""
+
+        def __init__(self) -> None:
+            self.drafts: list[Draft] = []
+
+        def write(self, request: SynthesisInput) -> Draft:
+            sentence = DraftSentence(text="a quote long enough to count", cites=["S1"], section="q1")
+            self.drafts.append(Draft(sentences=[sentence] * (len(self.drafts) + 1)))
+            return self.drafts[-1]
+
+    class Repeating:
+        """A critic that gives the same critique of whatever it is shown."""
+
+        def __init__(self) -> None:
+            self.reviewed: list[Draft] = []
+
+        def review(self, request: SynthesisInput, draft: Draft) -> Critique:
+            self.reviewed.append(draft)
+            return same
+
+    synthesiser, critic = Growing(), Repeating()
+    engine = replace(extractive_engine(), synthesiser=synthesiser, critic=critic)
+    request = SynthesisInput(question="Why?", subquestions=[sub(1, "Why?")], claims=[claim("q1")], sources=[])
+
+    review = write_report(engine, request, revisions_max=2, may_revise=lambda: True)
+
+    assert review.end is LoopEnd.same_critique and review.revisions == 1  # one short of the cap of 2
+    assert len(synthesiser.drafts) == 2 and synthesiser.drafts[0] != synthesiser.drafts[1]
+    assert critic.reviewed == synthesiser.drafts  # both drafts passed the mechanical checks
+    assert review.critique == same and review.draft == synthesiser.drafts[1]
+    assert review.caveat == (
+        "The critic did not approve this report and repeated the same critique of the revised draft."
+    )

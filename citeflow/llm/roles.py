@@ -1,4 +1,4 @@
-"""The model-backed roles, how each degrades, the revision-loop rules, and the engine that wires them.
+"""The model-backed roles, how each degrades, and the engine that wires them (the loop: tasks/writer.py).
 
 Each role implements its protocol from citeflow.roles. When its model cannot give a usable answer
 (endpoint down past the retry bound, reply invalid twice, budget reached) the role degrades instead of
