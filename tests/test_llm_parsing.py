@@ -49,8 +49,12 @@ def test_semantic_check_failure_becomes_reply_invalid() -> None:
         parse_reply('{"approved": true}', Critique, no_problems)
 
 
-def test_think_block_only_is_invalid() -> None:
-    assert json_text("<think>{not this}</think>") == ""
+@pytest.mark.parametrize("reply", ["<think>{not this}</think>", f"<think>{PLAN}</think>"])
+def test_think_block_only_is_invalid(reply: str) -> None:
+    assert json_text(reply) == ""
+    # even JSON that would validate is reasoning, not the answer, when it is inside the think block
+    with pytest.raises(ReplyInvalid, match="^the reply is not a JSON object .*: ''$"):
+        parse_reply(reply, PlanReply)
 
 
 def test_json_schema_format_names_the_record() -> None:
