@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from citeflow.checks import failing_sentences, mechanical_critique
 from citeflow.contracts import Critique, Draft, DraftSentence, SynthesisInput
+from citeflow.llm.budget import REVISION_SHARE
 from citeflow.roles import Engine
 
 
@@ -20,7 +21,7 @@ class LoopEnd(StrEnum):
     revision_cap = "revision_cap"
     same_draft = "same_draft"  # the revision changed nothing
     same_critique = "same_critique"  # the critic repeated itself: another round would too
-    budget = "budget"  # 85% of the model budget is spent: no new revision starts
+    budget = "budget"  # REVISION_SHARE of the model budget is spent: no new revision starts
 
 
 @dataclass
@@ -43,7 +44,8 @@ class Review:
             LoopEnd.revision_cap: f"after {self.revisions} revision(s), the most allowed",
             LoopEnd.same_draft: "and a revision left the draft unchanged",
             LoopEnd.same_critique: "and repeated the same critique of the revised draft",
-            LoopEnd.budget: "and no revision was started because 85% of the model budget was spent",
+            LoopEnd.budget: f"and no revision was started because {REVISION_SHARE:.0%} of the model budget "
+            "was spent",
         }[self.end]
         return why and f"The critic did not approve this report {why}."
 

@@ -271,3 +271,7 @@ def test_no_revision_starts_past_85_percent_of_the_budget(server: ScriptedServer
     assert [role_of(r) for r in server.requests] == ["synthesiser", "critic"]  # no second draft asked for
     assert review.end is LoopEnd.budget and review.revisions == 0
     assert review.draft == DRAFT and not review.critique.approved
+    assert review.caveat == (
+        "The critic did not approve this report and no revision was started because 85% of the model "
+        "budget was spent."
+    )

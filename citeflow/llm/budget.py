@@ -132,7 +132,7 @@ class Budget:
             self._spent_cost += self.cost(model, prompt_tokens, completion_tokens)
 
     def may_start_revision(self) -> bool:
-        """False once 85% of the token or cost budget is spent: the report then ships as it stands."""
+        """False once REVISION_SHARE of the token or cost budget is spent: the report ships as it stands."""
         if self.used_tokens() >= REVISION_SHARE * self.token_limit:
             return False
         return self.cost_limit is None or self._spent_cost < REVISION_SHARE * self.cost_limit

@@ -29,12 +29,12 @@ from citeflow.llm import prompts
 from citeflow.llm.budget import Budget, CallLog, estimate_prompt_tokens, estimate_tokens
 from citeflow.llm.errors import BudgetExhausted, InvalidReply, ModelRejected, ModelUnavailable
 from citeflow.llm.parsing import ReplyInvalid, json_schema_format, parse_reply
+from citeflow.llm.prompts import Message
 from citeflow.llm.settings import Limits, RoleConfig, RoleName
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=BaseModel)
-Message = dict[str, str]
 
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
 # Statuses with which servers refuse a response_format they do not support.
