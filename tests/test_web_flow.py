@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -65,6 +66,16 @@ def use_searxng(monkeypatch: pytest.MonkeyPatch, searx: LoopbackServer, *allowed
     monkeypatch.setenv("CITEFLOW_PROVIDER_ORDER", "searxng")
 
 
+@contextmanager
+def searxng_listing(
+    monkeypatch: pytest.MonkeyPatch, site: LoopbackServer, paths: list[str]
+) -> Iterator[LoopbackServer]:
+    """A SearXNG server answering with `paths` of `site`, set in the environment by `use_searxng`."""
+    with LoopbackServer(searxng_routes(hits(site, paths))) as searx:
+        use_searxng(monkeypatch, searx, site)
+        yield searx
+
+
 def run_flow(db: Path, reports: Path, question: str = QUESTION) -> Report:
     from flows.research import research_flow
 
@@ -115,8 +126,7 @@ def test_searxng_run_cites_real_html_pages_fetched_from_loopback(
     prefect_api: None, web: Site, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     db = tmp_path / "web.duckdb"
-    with LoopbackServer(searxng_routes(hits(web.site, list(PAGES)))) as searx:
-        use_searxng(monkeypatch, searx, web.site)
+    with searxng_listing(monkeypatch, web.site, list(PAGES)) as searx:
         report = run_flow(db, tmp_path / "reports")
         searches = searx.paths()
 
@@ -155,8 +165,7 @@ def test_cli_run_with_searxng_prints_json_citing_the_loopback_pages(
     from citeflow.cli import app
 
     db = tmp_path / "cli.duckdb"
-    with LoopbackServer(searxng_routes(hits(web.site, list(PAGES)))) as searx:
-        use_searxng(monkeypatch, searx, web.site)
+    with searxng_listing(monkeypatch, web.site, list(PAGES)):
         result = CliRunner().invoke(
             app,
             ["run", QUESTION, "--search", "searxng", "--db", str(db), "--reports", str(tmp_path), "--json"],
@@ -171,9 +180,11 @@ def test_cli_run_with_searxng_prints_json_citing_the_loopback_pages(
         sentence["cites"] and set(sentence["cites"]) <= set(urls) for sentence in payload["sentences"]
     )
     store = get_store(db)
+    assert payload["claims"]
     for claim in payload["claims"]:
-        page = store.latest_page(urls[claim["source"]]) if claim["source"] in urls else None
-        assert page is None or normalise(claim["quote"]) in normalise(page.text)
+        assert claim["source"] in urls, claim  # every claim cites a listed source
+        page = store.latest_page(urls[claim["source"]])
+        assert page is not None and normalise(claim["quote"]) in normalise(page.text)
     assert all(store.latest_page(url) is not None for url in urls.values())
     assert Path(payload["report_path"]).read_text(encoding="utf-8") == payload["report"]
 
@@ -184,8 +195,7 @@ def test_progress_shows_skipped_and_failed_urls_and_the_report_says_why(
     good = ["/articles/boiling.html", "/articles/altitude.html"]
     listed = [good[0], ROBOTS_DISALLOWED, BINARY_AS_HTML, good[1]]
     question = "How does altitude change the temperature at which water boils in Denver?"
-    with LoopbackServer(searxng_routes(hits(web.site, listed))) as searx:
-        use_searxng(monkeypatch, searx, web.site)
+    with searxng_listing(monkeypatch, web.site, listed):
         report = run_flow(tmp_path / "progress.duckdb", tmp_path / "reports", question)
 
     artifacts = run_artifacts(report.run_id)
@@ -254,8 +264,7 @@ def test_second_run_within_the_freshness_window_reads_pages_from_the_store(
     prefect_api: None, web: Site, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     db, reports = tmp_path / "fresh.duckdb", tmp_path / "reports"
-    with LoopbackServer(searxng_routes(hits(web.site, list(PAGES)))) as searx:
-        use_searxng(monkeypatch, searx, web.site)
+    with searxng_listing(monkeypatch, web.site, list(PAGES)):
         first = run_flow(db, reports)
         connections, requests = web.site.connections, len(web.site.requests)
         second = run_flow(db, reports)
@@ -277,8 +286,7 @@ def test_redirect_to_a_loopback_port_off_the_allowlist_is_skipped_unconnected(
     prefect_api: None, web: Site, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     listed = ["/articles/boiling.html", INWARD_REDIRECT]
-    with LoopbackServer(searxng_routes(hits(web.site, listed))) as searx:
-        use_searxng(monkeypatch, searx, web.site)  # web.forbidden is not allowed
+    with searxng_listing(monkeypatch, web.site, listed):  # web.forbidden is not allowed
         report = run_flow(tmp_path / "redirect.duckdb", tmp_path / "reports")
 
     assert web.forbidden.connections == 0 and web.canary.connections == 0
