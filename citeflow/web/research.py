@@ -47,16 +47,10 @@ class UrlOutcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     result: SearchResult
-    canonical_url: str
     status: UrlStatus
     reason: str = ""
     page: PageInput | None = Field(default=None, description="Set when fetched or shared: store it.")
     stored: Page | None = Field(default=None, description="Set when read from the store.")
-
-    @property
-    def chars(self) -> int:
-        held = self.page or self.stored
-        return len(held.text) if held else 0
 
 
 class FetchOutcome(BaseModel):
@@ -80,7 +74,6 @@ class FetchOutcome(BaseModel):
 class ResearchOutcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    subquestion_id: str
     provider: str | None = Field(description="The search provider whose results were used.")
     results: list[SearchResult] = Field(description="Every search result: record them with the run.")
     fetch: FetchOutcome
@@ -140,21 +133,17 @@ class FetchSession:
     def _resolve(self, result: SearchResult, canonical: str) -> UrlOutcome:
         stored = self._from_store(result, canonical)
         if stored is not None:
-            return UrlOutcome(result=result, canonical_url=canonical, status=UrlStatus.stored, stored=stored)
+            return UrlOutcome(result=result, status=UrlStatus.stored, stored=stored)
         if result.provider == LOCAL_PROVIDER:
             reason = "local search named a page the store no longer holds"
-            return UrlOutcome(result=result, canonical_url=canonical, status=UrlStatus.failed, reason=reason)
+            return UrlOutcome(result=result, status=UrlStatus.failed, reason=reason)
         try:
             page = self.fetcher.fetch(result.url)
         except FetchRefused as error:
-            return UrlOutcome(
-                result=result, canonical_url=canonical, status=UrlStatus.skipped, reason=str(error)
-            )
+            return UrlOutcome(result=result, status=UrlStatus.skipped, reason=str(error))
         except FetchError as error:
-            return UrlOutcome(
-                result=result, canonical_url=canonical, status=UrlStatus.failed, reason=str(error)
-            )
-        return UrlOutcome(result=result, canonical_url=canonical, status=UrlStatus.fetched, page=page)
+            return UrlOutcome(result=result, status=UrlStatus.failed, reason=str(error))
+        return UrlOutcome(result=result, status=UrlStatus.fetched, page=page)
 
     def _from_store(self, result: SearchResult, canonical: str) -> Page | None:
         if self.lookup is None:
@@ -192,7 +181,6 @@ class WebResearch:
             for detail in details
         ]
         return ResearchOutcome(
-            subquestion_id=subquestion.id,
             provider=report.provider,
             results=report.results,
             fetch=fetch,
