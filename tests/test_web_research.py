@@ -26,7 +26,8 @@ def web() -> Iterator[Site]:
 
 
 def result(url: str, rank: int = 1, provider: str = "searxng") -> SearchResult:
-    return SearchResult(url=url, title="t", snippet="s", provider=provider, rank=rank)
+    page_id = hashlib.sha256(url.encode()).hexdigest()[:16] if provider == "local" else None  # as LocalSearch
+    return SearchResult(url=url, title="t", snippet="s", provider=provider, rank=rank, page_id=page_id)
 
 
 def stored_page(url: str, stored_at: datetime, origin: Origin = Origin.fetched) -> Page:

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from storage.store import EvidenceStore
 
 STAGE = "research"
-LOCAL_PROVIDER = "local"
 
 Lookup = Callable[[str], Page | None]  # the store's latest page for a canonical URL
 
@@ -134,7 +133,7 @@ class FetchSession:
         stored = self._from_store(result, canonical)
         if stored is not None:
             return UrlOutcome(result=result, status=UrlStatus.stored, stored=stored)
-        if result.provider == LOCAL_PROVIDER:
+        if result.page_id is not None:  # a result naming a stored page is never fetched from the web
             reason = "local search named a page the store no longer holds"
             return UrlOutcome(result=result, status=UrlStatus.failed, reason=reason)
         try:
@@ -151,7 +150,7 @@ class FetchSession:
         page = self.lookup(canonical)
         if page is None:
             return None
-        if result.provider == LOCAL_PROVIDER:
+        if result.page_id is not None:
             return page  # local search found it in the store: it is the evidence, however old
         stored_at = page.stored_at if page.stored_at.tzinfo else page.stored_at.replace(tzinfo=UTC)
         return page if self._now() - stored_at <= self.freshness else None
