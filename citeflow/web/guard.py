@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import httpx
 
 from citeflow.errors import FetchError
+from citeflow.urls import DEFAULT_PORTS
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 HOLDS = "nothing was connected to"
@@ -81,7 +82,7 @@ class Guard:
         host = parsed.host.lower()
         if not host:
             raise FetchRefused(url, "has no host", HOLDS)
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        port = parsed.port or DEFAULT_PORTS[parsed.scheme]  # httpx leaves a scheme's default port None
         try:
             addresses = self.resolver(host, port)
         except (socket.gaierror, UnicodeError) as error:

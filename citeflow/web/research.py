@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 STAGE = "research"
 
-Lookup = Callable[[str], Page | None]  # the store's latest page for a canonical URL
+Lookup = Callable[[str], Page | None]  # the store's latest page for a canonical URL; stored_at in UTC
 
 
 class UrlStatus(StrEnum):
@@ -152,8 +152,7 @@ class FetchSession:
             return None
         if result.page_id is not None:
             return page  # local search found it in the store: it is the evidence, however old
-        stored_at = page.stored_at if page.stored_at.tzinfo else page.stored_at.replace(tzinfo=UTC)
-        return page if self._now() - stored_at <= self.freshness else None
+        return page if self._now() - page.stored_at <= self.freshness else None
 
 
 class WebResearch:
