@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -47,24 +47,36 @@ def http_client(settings: WebSettings) -> httpx.Client:
     )
 
 
-def _answer(provider: str, response: httpx.Response, model: type[BaseModel]) -> Any:
-    if response.status_code != 200:
-        raise FetchError(provider, f"{response.request.url} answered HTTP {response.status_code}")
-    try:
-        return model.model_validate_json(response.content)
-    except ValidationError as error:
-        raise FetchError(provider, f"unexpected answer format ({error.error_count()} problems)") from error
-
-
-def _send(provider: str, client: httpx.Client, request: httpx.Request) -> httpx.Response:
-    try:
-        return client.send(request)
-    except httpx.HTTPError as error:
-        raise FetchError(provider, f"{request.url.copy_with(query=None)} failed: {error!r}") from error
-
-
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")  # third-party answers carry many fields we do not use
+
+
+Answer = TypeVar("Answer", bound=_Lenient)
+
+
+class _JsonSearch:
+    """A provider asked over HTTP through the chain's shared client, answering JSON."""
+
+    name: str
+
+    def __init__(self, base_url: str, client: httpx.Client) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.client = client
+
+    def _ask(self, request: httpx.Request, model: type[Answer]) -> Answer:
+        """The answer, validated; FetchError when the request fails, is refused or is malformed."""
+        try:
+            response = self.client.send(request)
+        except httpx.HTTPError as error:
+            raise FetchError(self.name, f"{request.url.copy_with(query=None)} failed: {error!r}") from error
+        if response.status_code != 200:
+            raise FetchError(self.name, f"{response.request.url} answered HTTP {response.status_code}")
+        try:
+            return model.model_validate_json(response.content)
+        except ValidationError as error:
+            raise FetchError(
+                self.name, f"unexpected answer format ({error.error_count()} problems)"
+            ) from error
 
 
 class _Hit(_Lenient):
@@ -78,27 +90,25 @@ class _ResultsAnswer(_Lenient):
 
     results: list[_Hit] = Field(default_factory=list)
 
+    def ranked(self, provider: str, limit: int) -> list[SearchResult]:
+        return [
+            SearchResult(
+                url=hit.url, title=_clean(hit.title), snippet=_clean(hit.content), provider=provider, rank=i
+            )
+            for i, hit in enumerate(self.results[:limit], start=1)
+        ]
 
-class SearxngSearch:
+
+class SearxngSearch(_JsonSearch):
     """A self-hosted SearXNG instance, JSON output (the instance must enable `format=json`)."""
 
     name = "searxng"
-
-    def __init__(self, base_url: str, client: httpx.Client) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.client = client
 
     def search(self, query: str, limit: int) -> list[SearchResult]:
         request = self.client.build_request(
             "GET", f"{self.base_url}/search", params={"q": query, "format": "json"}
         )
-        answer: _ResultsAnswer = _answer(self.name, _send(self.name, self.client, request), _ResultsAnswer)
-        return [
-            SearchResult(
-                url=hit.url, title=_clean(hit.title), snippet=_clean(hit.content), provider=self.name, rank=i
-            )
-            for i, hit in enumerate(answer.results[:limit], start=1)
-        ]
+        return self._ask(request, _ResultsAnswer).ranked(self.name, limit)
 
 
 class _WikiHit(_Lenient):
@@ -114,14 +124,10 @@ class _WikiAnswer(_Lenient):
     query: _WikiQuery = Field(default_factory=_WikiQuery)
 
 
-class WikipediaSearch:
+class WikipediaSearch(_JsonSearch):
     """Full-text search of a MediaWiki site through its action API (list=search)."""
 
     name = "wikipedia"
-
-    def __init__(self, base_url: str, client: httpx.Client) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.client = client
 
     def search(self, query: str, limit: int) -> list[SearchResult]:
         params = {
@@ -133,7 +139,7 @@ class WikipediaSearch:
             "formatversion": "2",
         }
         request = self.client.build_request("GET", f"{self.base_url}/w/api.php", params=params)
-        answer: _WikiAnswer = _answer(self.name, _send(self.name, self.client, request), _WikiAnswer)
+        answer = self._ask(request, _WikiAnswer)
         return [
             SearchResult(
                 url=f"{self.base_url}/wiki/{quote(hit.title.replace(' ', '_'), safe='')}",
@@ -146,13 +152,12 @@ class WikipediaSearch:
         ]
 
 
-class TavilySearch:
+class TavilySearch(_JsonSearch):
     name = "tavily"
 
     def __init__(self, api_key: str, base_url: str, client: httpx.Client) -> None:
+        super().__init__(base_url, client)
         self._api_key = api_key
-        self.base_url = base_url.rstrip("/")
-        self.client = client
 
     def search(self, query: str, limit: int) -> list[SearchResult]:
         request = self.client.build_request(
@@ -161,13 +166,7 @@ class TavilySearch:
             json={"query": query, "max_results": limit, "search_depth": "basic"},
             headers={"Authorization": f"Bearer {self._api_key}"},
         )
-        answer: _ResultsAnswer = _answer(self.name, _send(self.name, self.client, request), _ResultsAnswer)
-        return [
-            SearchResult(
-                url=hit.url, title=_clean(hit.title), snippet=_clean(hit.content), provider=self.name, rank=i
-            )
-            for i, hit in enumerate(answer.results[:limit], start=1)
-        ]
+        return self._ask(request, _ResultsAnswer).ranked(self.name, limit)
 
 
 class DuckDuckGoSearch:
