@@ -33,8 +33,8 @@ def research(
     record every result and every failure, store fetched pages, and return the run sources, best first."""
     with traced(store, run_id, "research", web.searcher.name, subquestion.id) as step:
         outcome = web.research(subquestion, limit)
-        # The actor is fixed when the step opens, before a provider has answered: name the one used here.
-        step.detail = f"{outcome.fetch.summary()}; results from {outcome.provider or 'no provider'}"
+        step.actor = outcome.provider  # the provider that answered, not the whole fallback chain
+        step.detail = outcome.fetch.summary()
         if outcome.errors:
             step.outcome = Outcome.degraded
     store.add_search_results(run_id, subquestion.id, outcome.results[:limit])

@@ -17,6 +17,7 @@ class Step:
 
     outcome: Outcome = Outcome.ok
     detail: str = ""
+    actor: str | None = None  # set when the actor is known only once the step has run
 
 
 @contextmanager
@@ -37,7 +38,7 @@ def traced(
                 run_id=run_id,
                 stage=stage,
                 subquestion_id=subquestion_id,
-                actor=actor,
+                actor=step.actor or actor,
                 started_at=started,
                 ended_at=datetime.now(UTC),
                 outcome=step.outcome,
