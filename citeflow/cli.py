@@ -155,10 +155,8 @@ def run(
 
         # A bad --db or --search fails here, before any run starts.
         store = get_store(db_path(db))
-        providers = provider_chain(
-            WebSettings.from_env(), (search or Settings().search).split(","), local_available=True
-        )
-        if providers == ["local"] and store.query("SELECT count(*) FROM pages")[1] == [(0,)]:
+        providers = provider_chain(WebSettings.from_env(), search or Settings().search, local_available=True)
+        if providers == ["local"] and store.page_count() == 0:
             raise InputError(
                 str(store.path),
                 "holds no pages to search; load documents with `citeflow ingest PATH...` first, "

@@ -251,7 +251,7 @@ def research_flow(
     run_id = str(flow_run.id)
     store = get_store(Path(settings.db))
     _services[run_id] = RunServices(
-        web=open_research(run_id, settings.search.split(","), WebSettings.from_env(), store=store),
+        web=open_research(run_id, settings.search, WebSettings.from_env(), store=store),
         models=build_engine(
             model_settings,
             store,

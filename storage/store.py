@@ -408,6 +408,11 @@ class EvidenceStore:
                 setattr(counts, outcome, getattr(counts, outcome) + 1)
         return counts
 
+    def page_count(self) -> int:
+        with self.cursor() as cur:
+            (count,) = cur.execute("SELECT count(*) FROM pages").fetchone()  # type: ignore[misc]
+        return int(count)
+
     def get_page(self, page_id: str) -> Page:
         with self.cursor() as cur:
             row = cur.execute(f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = ?", [page_id]).fetchone()
