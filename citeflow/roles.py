@@ -20,7 +20,8 @@ class Planner(Protocol):
 
 class ClaimExtractor(Protocol):
     def extract(self, subquestion: SubQuestion, page: Page, limit: int) -> list[ClaimDraft]:
-        """Propose at most `limit` claims from one page, each with the exact supporting quote."""
+        """Propose claims from one page, each with the exact supporting quote; `limit` is how many the
+        caller will keep (tasks/verifier.py enforces it)."""
         ...
 
 
