@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from citeflow.config import load_settings
 from citeflow.errors import InputError
 from citeflow.web.breaker import BreakerBoard
 from citeflow.web.guard import FetchRefused, Guard
@@ -96,15 +97,17 @@ def test_settings_from_environment() -> None:
     env = {
         "SEARXNG_URL": "http://127.0.0.1:8888",
         "CITEFLOW_ALLOW_HOSTS": "127.0.0.1:8888",
+        "CITEFLOW_WEB__TAVILY_KEY_ENV": "MY_TAVILY",
         "MY_TAVILY": "tvly-secret",
     }
-    settings = WebSettings.from_env(env, tavily_key_env="MY_TAVILY", per_domain_delay=0)
+    settings = load_settings({"web.per_domain_delay": 0}, None, env).settings.web
     assert settings.searxng_url == "http://127.0.0.1:8888"
     assert settings.allow_hosts == {("127.0.0.1", 8888)}
     assert settings.tavily_api_key == "tvly-secret"
     assert "tvly-secret" not in repr(settings)  # the key never shows in logs
     assert settings.per_domain_delay == 0
     assert settings.max_bytes == 5_000_000 and settings.max_redirects == 5
+    assert "tvly-secret" not in load_settings(None, None, env).settings.stored_json()
     with pytest.raises(ValueError, match="extra"):
         WebSettings(unknown_field=1)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="unknown search providers"):

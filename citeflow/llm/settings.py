@@ -1,34 +1,17 @@
 """Which model plays which role, where it lives, and what a run may spend.
 
-Layers, each overriding the one before:
-  1. the environment: OPENAI_BASE_URL (endpoint) and CITEFLOW_MODEL (model name) for every core role;
-     the key is always read from the variable named by `api_key_env` (OPENAI_API_KEY by default) when a
-     client is built, and never stored in settings;
-  2. citeflow.toml: [defaults] for every role, then [planner], [verifier], [synthesiser], [critic] and the
-     optional [query_writer]; [models] for limits shared by all roles; [prices."<model>"] per model;
-  3. overrides from command-line flags, keyed the same way ("defaults", "planner", ..., "models").
-
-A role is configured when it ends up with both a base URL and a model; an unconfigured role is played by
-the extractive engine. The query writer is only configured when its own section or override exists,
-because it adds a call per run that the planner can do without.
+These are the model sections of the settings tree (citeflow/config.py loads them, with every other
+setting, from defaults, citeflow.toml, the environment and flags): a role's resolved RoleConfig, the
+limits every role shares ([models]) and the price of each model ([prices."<model>"]).
 """
 
 from __future__ import annotations
 
-import os
-import tomllib
-from collections.abc import Mapping
 from enum import StrEnum
-from pathlib import Path
-from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from citeflow.errors import InputError
-
-CONFIG_FILE = Path("citeflow.toml")
-
-M = TypeVar("M", bound=BaseModel)
 
 
 class RoleName(StrEnum):
@@ -114,69 +97,3 @@ class ModelSettings(BaseModel):
 
     def role(self, name: RoleName) -> RoleConfig | None:
         return self.roles.get(name)
-
-
-def load_model_settings(
-    path: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Mapping[str, Any]] | None = None,
-) -> ModelSettings:
-    """Merge environment, config file (citeflow.toml when it exists and no path is given) and overrides."""
-    env = os.environ if env is None else env
-    overrides = overrides or {}
-    source = str(path or CONFIG_FILE)
-    file = _read_toml(path if path is not None else CONFIG_FILE, required=path is not None)
-
-    base: dict[str, Any] = {}
-    if env.get("OPENAI_BASE_URL"):
-        base["base_url"] = env["OPENAI_BASE_URL"]
-    if env.get("CITEFLOW_MODEL"):
-        base["model"] = env["CITEFLOW_MODEL"]
-    base |= _section(file, "defaults", source) | dict(overrides.get("defaults", {}))
-
-    roles: dict[RoleName, RoleConfig] = {}
-    for name in RoleName:
-        own = _section(file, name.value, source) | dict(overrides.get(name.value, {}))
-        if name is RoleName.query_writer and not own:
-            continue
-        merged = base | own
-        if "base_url" not in merged or "model" not in merged:
-            if own:  # the user asked for this role explicitly, so a missing half is a mistake, not a default
-                missing = "base_url" if "base_url" not in merged else "model"
-                raise InputError(source, f"[{name.value}] has no {missing}", "no model was called")
-            continue
-        roles[name] = _validate(RoleConfig, merged, f"{source} [{name.value}]")
-
-    limits = _validate(Limits, _section(file, "models", source) | dict(overrides.get("models", {})), source)
-    prices = {
-        model: _validate(Price, price, f"{source} [prices.{model}]")
-        for model, price in _section(file, "prices", source).items()
-    }
-    return ModelSettings(roles=roles, limits=limits, prices=prices)
-
-
-def _read_toml(path: Path, required: bool) -> dict[str, Any]:
-    if not path.exists():
-        if required:
-            raise InputError(str(path), "the config file does not exist", "no model was called")
-        return {}
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(str(path), f"not valid TOML: {exc}", "no model was called") from exc
-
-
-def _section(file: Mapping[str, Any], name: str, source: str) -> dict[str, Any]:
-    value = file.get(name, {})
-    if not isinstance(value, dict):
-        raise InputError(source, f"[{name}] must be a table", "no model was called")
-    return dict(value)
-
-
-def _validate(model: type[M], data: Mapping[str, Any], where: str) -> M:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise InputError(where, problems, "no model was called") from exc

@@ -1,15 +1,11 @@
 """Settings for web research: timeouts, caps, politeness, providers and the host allowlist.
 
-Caps are enforced by the fetcher in code; these values only choose them. Environment variables
-SEARXNG_URL, CITEFLOW_ALLOW_HOSTS, CITEFLOW_PROVIDER_ORDER and the Tavily key (named by
-`tavily_key_env`) are read by `WebSettings.from_env`, so tests can build settings without touching
-the environment.
+Caps are enforced by the fetcher in code; these values only choose them. This is the `[web]` section of
+the settings tree (citeflow/config.py), which also reads SEARXNG_URL, CITEFLOW_ALLOW_HOSTS,
+CITEFLOW_PROVIDER_ORDER and the Tavily key (from the variable `tavily_key_env` names, never stored).
 """
 
 from __future__ import annotations
-
-import os
-from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -69,11 +65,23 @@ class WebSettings(BaseModel):
     wikipedia_url: str = Field("https://en.wikipedia.org", description="Base URL of a MediaWiki site.")
     tavily_url: str = Field("https://api.tavily.com", description="Base URL of the Tavily API.")
     tavily_key_env: str = Field("TAVILY_API_KEY", description="Environment variable holding the Tavily key.")
-    tavily_api_key: str | None = Field(None, repr=False, description="Read from `tavily_key_env`.")
+    tavily_api_key: str | None = Field(
+        None, repr=False, exclude=True, description="Read from `tavily_key_env`; never stored with a run."
+    )
     allow_hosts: frozenset[tuple[str, int]] = Field(
         frozenset(), description="Exact host:port pairs admitted despite private addresses."
     )
     user_agent: str = Field(USER_AGENT, description="Sent with every request and matched against robots.txt.")
+
+    @field_validator("provider_order", mode="before")
+    @classmethod
+    def _order_as_typed(cls, value: object) -> object:
+        return parse_provider_order(value) if isinstance(value, str) else value
+
+    @field_validator("allow_hosts", mode="before")
+    @classmethod
+    def _hosts_as_typed(cls, value: object) -> object:
+        return parse_allow_hosts(value) if isinstance(value, str) else value
 
     @field_validator("provider_order")
     @classmethod
@@ -82,17 +90,3 @@ class WebSettings(BaseModel):
         if unknown:
             raise ValueError(f"unknown search providers {unknown}; known: {', '.join(PROVIDER_NAMES)}")
         return value
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> WebSettings:
-        env = os.environ if environ is None else environ
-        key_env = str(overrides.get("tavily_key_env", "TAVILY_API_KEY"))
-        values: dict[str, object] = {
-            "searxng_url": env.get("SEARXNG_URL") or None,
-            "tavily_api_key": env.get(key_env) or None,
-            "allow_hosts": parse_allow_hosts(env.get("CITEFLOW_ALLOW_HOSTS", "")),
-        }
-        if order := parse_provider_order(env.get("CITEFLOW_PROVIDER_ORDER", "")):
-            values["provider_order"] = order
-        values.update(overrides)
-        return cls.model_validate(values)
