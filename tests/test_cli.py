@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from citeflow.cli import app
 from citeflow.text import normalise
+from cli.main import app
 from storage.store import get_store, read_only_query
 
 runner = CliRunner()
@@ -153,7 +153,7 @@ def test_a_malformed_set_flag_is_one_line_and_runs_nothing(tmp_path: Path) -> No
     result = runner.invoke(app, ["run", "Who wrote Hamlet?", "--db", str(db), "--set", "planner.model"])
 
     assert result.exit_code == 1
-    assert "--set planner.model: expected SECTION.KEY=VALUE" in result.stderr
+    assert "--set planner.model: expected NAME=VALUE" in result.stderr
     assert not db.exists()
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from citeflow.audit import audit
 from citeflow.contracts import ClaimStatus, Report, RunStatus
 from citeflow.text import normalise
 from storage.ingest import ingest_paths
 from storage.store import get_store
+from tasks.audit import audit
 
 
 def test_ten_hotpotqa_questions_cite_only_verified_quotes_found_in_their_pages(
@@ -24,7 +24,10 @@ def test_ten_hotpotqa_questions_cite_only_verified_quotes_found_in_their_pages(
     lines = (eval_dir / "hotpotqa-100.questions.jsonl").read_text(encoding="utf-8").splitlines()[:10]
     questions = [json.loads(line)["question"] for line in lines]
 
-    reports = [research_flow(question=q, db=str(db), reports=str(tmp_path / "reports")) for q in questions]
+    reports = [
+        research_flow(question=q, settings={"db": str(db), "reports": str(tmp_path / "reports")})
+        for q in questions
+    ]
 
     for report in reports:
         assert isinstance(report, Report) and report.status is not RunStatus.failed

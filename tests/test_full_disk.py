@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from citeflow.cli import app
+from cli.main import app
 from storage.store import close_stores, read_only_query
 
 runner = CliRunner()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -24,9 +24,6 @@ from citeflow.errors import FetchError, InputError
 from citeflow.search import Searcher
 from citeflow.web.breaker import BreakerBoard
 from citeflow.web.settings import PROVIDER_NAMES, WebSettings, parse_provider_order
-
-if TYPE_CHECKING:
-    from storage.store import EvidenceStore
 
 SNIPPET_MAX_CHARS = 500
 _TAG = re.compile(r"<[^>]+>")
@@ -291,12 +288,13 @@ def make_searcher(
     names: str | Sequence[str] | None,
     settings: WebSettings,
     breakers: BreakerBoard,
-    store: EvidenceStore | None = None,
+    local: Searcher | None = None,
 ) -> FallbackSearch:
-    """A fallback chain starting with `names`; `local` searches `store` and needs one."""
+    """A fallback chain starting with `names`; `local` is the search over the evidence store
+    (storage.search.LocalSearch), which the chain can only include when it is given."""
     client = http_client(settings)
     providers: list[Searcher] = []
-    for name in provider_chain(settings, names, local_available=store is not None):
+    for name in provider_chain(settings, names, local_available=local is not None):
         if name == "searxng" and settings.searxng_url:
             providers.append(SearxngSearch(settings.searxng_url, client))
         elif name == "wikipedia":
@@ -305,8 +303,6 @@ def make_searcher(
             providers.append(TavilySearch(settings.tavily_api_key, settings.tavily_url, client))
         elif name == "duckduckgo":
             providers.append(DuckDuckGoSearch(settings.read_timeout))
-        elif name == "local" and store is not None:
-            from storage.search import LocalSearch  # lazy: storage pulls in DuckDB
-
-            providers.append(LocalSearch(store))
+        elif name == "local" and local is not None:
+            providers.append(local)
     return FallbackSearch(providers, breakers, client)

@@ -13,21 +13,18 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from citeflow.contracts import Page, PageInput, RunError, SearchResult, SubQuestion
 from citeflow.errors import FetchError
+from citeflow.search import Searcher
 from citeflow.urls import canonical_url
 from citeflow.web.breaker import BreakerBoard
 from citeflow.web.fetcher import Fetcher
 from citeflow.web.guard import FetchRefused
 from citeflow.web.providers import FallbackSearch, make_searcher
 from citeflow.web.settings import WebSettings
-
-if TYPE_CHECKING:
-    from storage.store import EvidenceStore
 
 STAGE = "research"
 
@@ -190,15 +187,16 @@ def open_research(
     run_id: str,
     search: str | list[str] | None,
     settings: WebSettings,
-    store: EvidenceStore | None = None,
+    lookup: Lookup | None = None,
+    local: Searcher | None = None,
 ) -> WebResearch:
     """Everything a run needs for web research, built from settings; close it when the run ends.
 
-    With a store, pages stored within the freshness window are reused and `local` can search it.
+    With `lookup` (the store's latest page for a URL), pages stored within the freshness window are
+    reused; with `local` (search over the store), the provider chain may include `local`.
     """
     provider_breakers = BreakerBoard(settings.breaker_threshold, settings.breaker_cooldown)
-    searcher = make_searcher(search, settings, provider_breakers, store=store)
+    searcher = make_searcher(search, settings, provider_breakers, local=local)
     fetcher = Fetcher(settings, BreakerBoard(settings.breaker_threshold, settings.breaker_cooldown))
-    lookup = store.latest_page if store is not None else None
     session = FetchSession(fetcher, lookup, timedelta(hours=settings.freshness_hours))
     return WebResearch(run_id, searcher, session)
