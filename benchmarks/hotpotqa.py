@@ -23,10 +23,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from citeflow.audit import audit  # noqa: E402
 from citeflow.contracts import Report  # noqa: E402
 from storage.ingest import ingest_paths  # noqa: E402
 from storage.store import get_store  # noqa: E402
+from tasks.audit import audit  # noqa: E402
 
 DEFAULT_EVAL = REPO.parent / "shared" / "eval"
 
@@ -60,18 +60,18 @@ def question_records(eval_dir: Path, limit: int) -> list[dict[str, Any]]:
 
 
 def run_questions(
-    questions: list[str], db: Path, models: dict[str, dict[str, Any]] | None = None
+    questions: list[str], db: Path, settings: dict[str, Any] | None = None
 ) -> list[tuple[Report, float]]:
-    """Each question through the flow, with its wall seconds; `models` as the flow takes them."""
+    """Each question through the flow, with its wall seconds; `settings` by dotted name, as the flow
+    takes them."""
     from flows.research import research_flow
 
     reports = db.parent / "reports"
     results = []
     for n, question in enumerate(questions, start=1):
         started = time.perf_counter()
-        state = research_flow(
-            question=question, db=str(db), reports=str(reports), models=models, return_state=True
-        )
+        chosen = {"db": str(db), "reports": str(reports), **(settings or {})}
+        state = research_flow(question=question, settings=chosen, return_state=True)
         report = state.result(raise_on_failure=False)
         seconds = time.perf_counter() - started
         if not isinstance(report, Report):

@@ -159,7 +159,8 @@ def main() -> None:
     db = load_corpus(args.eval)
     questions = [record["question"] for record in question_records(args.eval, args.limit)]
     with ModelServer(ScriptedModel()) as server:
-        results = run_questions(questions, db, {"defaults": {"base_url": server.url, "model": "scripted"}})
+        every_role = {"defaults.base_url": server.url, "defaults.model": "scripted"}
+        results = run_questions(questions, db, every_role)
     result = figures(results, db)
     print(json.dumps(result, indent=2))
     if args.out:

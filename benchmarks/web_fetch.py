@@ -73,10 +73,10 @@ def flow_figures(hosts: int, runs: int) -> None:
     from citeflow.prefect_env import apply_prefect_defaults
 
     apply_prefect_defaults()  # before Prefect is imported, as the CLI does
-    from citeflow.audit import audit
     from citeflow.contracts import Report
     from flows.research import research_flow
     from storage.store import get_store
+    from tasks.audit import audit
 
     with ExitStack() as stack:
         sites = [stack.enter_context(running_site(f"127.0.0.{n}")) for n in range(1, hosts + 1)]
@@ -93,9 +93,8 @@ def flow_figures(hosts: int, runs: int) -> None:
         rates, sizes = [], []
         for run in range(1, runs + 1):
             db = tmp / f"run{run}.duckdb"
-            state = research_flow(
-                question=FLOW_QUESTION, search="searxng", db=str(db), reports=str(tmp), return_state=True
-            )
+            chosen = {"search": "searxng", "db": str(db), "reports": str(tmp)}
+            state = research_flow(question=FLOW_QUESTION, settings=chosen, return_state=True)
             report = state.result(raise_on_failure=False)
             if not isinstance(report, Report):
                 raise SystemExit(f"run {run} crashed: {state.message}")

@@ -24,7 +24,17 @@ class RunStatus(StrEnum):
     running = "running"
     complete = "complete"  # every sub-question has evidence and the critic approved the report
     partial = "partial"  # a report was written, but something failed or is missing (see caveats)
-    failed = "failed"  # no useful output was possible; the report says why
+    failed = "failed"  # no useful output was possible, or an error stopped the run; the row says why
+    cancelled = "cancelled"  # stopped on purpose: Ctrl-C, SIGTERM, a cancel from Prefect
+    crashed = "crashed"  # the process running it died (SIGKILL, power loss); marked by the next citeflow
+
+
+class ProcessId(Record):
+    """The process that runs a run, so another process can tell whether it is still alive."""
+
+    pid: int
+    host: str
+    started: float = Field(description="The process's start time (epoch seconds): a reused pid differs.")
 
 
 class Origin(StrEnum):

@@ -1,9 +1,9 @@
-"""The research flow: plan, research each sub-question, verify each page, write and critique, finish.
+"""The research flow: plan, research each sub-question, verify each page, synthesise and critique, finish.
 
-Tasks here are thin: each opens the process's shared store and engine and calls one plain stage
-function from tasks/. Tasks take and return ids and small records, never clients or page bodies.
-A stage that fails is recorded in the run's errors and the run goes on; only a run with nothing
-verified ends without a report, and its Markdown says why.
+This module only composes: each stage is a Prefect task in tasks/ (one module per stage), cached by what
+it reads, and the flow records what its run read and decided (a cached result was computed by another
+run). A stage that fails is recorded in the run's errors and the run goes on; only a run with nothing
+verified ends without a report, and its row says why. flows/lifecycle.py gives every run a final status.
 """
 
 from __future__ import annotations
@@ -11,28 +11,22 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from prefect import Task, flow, get_run_logger, task, unmapped
-from prefect.artifacts import (
-    create_markdown_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
-)
-from prefect.client.schemas.objects import TaskRun
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
-from prefect.states import Failed, State
+from prefect.states import Completed, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from citeflow.audit import audit
-from citeflow.config import Settings
+from citeflow.config import load_settings
 from citeflow.contracts import (
     Claim,
     ClaimStatus,
+    Outcome,
     Question,
     Report,
     RunError,
@@ -41,21 +35,17 @@ from citeflow.contracts import (
     StageMetrics,
     SubQuestion,
     SynthesisInput,
+    Trace,
 )
-from citeflow.errors import CiteflowError
-from citeflow.extractive import extractive_engine
-from citeflow.llm.errors import ModelRejected
-from citeflow.llm.roles import ModelEngine, build_engine
-from citeflow.llm.settings import load_model_settings
-from citeflow.roles import Engine
-from citeflow.web.research import WebResearch, open_research
-from citeflow.web.settings import WebSettings
+from flows.lifecycle import owned_run
 from storage.store import EvidenceStore, get_store
-from tasks.finish import finish, slug
-from tasks.planner import plan
-from tasks.researcher import Researched, research
-from tasks.verifier import select_pages, verify_page
-from tasks.writer import Review, write_report
+from tasks.caching import fresh
+from tasks.context import RunContext, open_run_context
+from tasks.finish import finish_task, slug
+from tasks.planner import plan_task
+from tasks.researcher import Researched, record_research, research_task
+from tasks.verifier import select_pages, verify_task
+from tasks.writer import Review, TaskSteps, write_report
 
 STAGE_ROLES = {
     "plan": ("planner", "query_writer"),
@@ -64,120 +54,8 @@ STAGE_ROLES = {
 }
 
 
-@dataclass
-class RunServices:
-    """What a run's tasks share and cannot take as arguments (Prefect hashes task arguments; clients
-    do not hash): the web session with its per-run fetch deduplication and breakers, and the model
-    engine with its budget and degradation log. Tasks are threads of this process."""
-
-    web: WebResearch
-    models: ModelEngine
-
-    @property
-    def engine(self) -> Engine:
-        return self.models.engine
-
-
-_services: dict[str, RunServices] = {}
-
-
-def not_rejected(task: Task, task_run: TaskRun, state: State) -> bool:
-    """Retry anything but a model endpoint's 400/401/403/404, which no retry changes."""
-    return not isinstance(state.result(raise_on_failure=False), ModelRejected)
-
-
-@task(name="plan", retries=1, retry_delay_seconds=2, retry_condition_fn=not_rejected)
-def plan_task(run_id: str, settings: Settings, question: str) -> list[SubQuestion]:
-    engine = _services[run_id].engine
-    return plan(get_store(settings.db), engine, run_id, question, settings.caps.subquestions_max)
-
-
-# No Prefect timeout_seconds on these sync tasks: it cannot interrupt a worker thread (measured), so
-# the real limits are the fetcher's connect/read/total timeouts and the model client's timeout.
-@task(
-    name="research",
-    task_run_name="research-{subquestion.id}",
-    retries=2,
-    retry_delay_seconds=[2, 8],
-    retry_jitter_factor=0.5,
-)
-def research_task(run_id: str, settings: Settings, subquestion: SubQuestion) -> Researched:
-    caps = settings.caps
-    return research(
-        get_store(settings.db),
-        _services[run_id].web,
-        run_id,
-        subquestion,
-        caps.pages_per_search,
-        caps.page_text_max_chars,
-    )
-
-
-@task(
-    name="verify",
-    task_run_name="verify-{claim_prefix}",
-    retries=1,
-    retry_delay_seconds=2,
-    retry_condition_fn=not_rejected,
-)
-def verify_task(
-    run_id: str, settings: Settings, subquestion: SubQuestion, page_id: str, claim_prefix: str
-) -> list[Claim]:
-    engine = _services[run_id].engine
-    return verify_page(
-        get_store(settings.db),
-        engine.extractor,
-        engine.name,
-        run_id,
-        subquestion,
-        page_id,
-        claim_prefix,
-        settings.caps.claims_per_page,
-        settings.caps.quote_min_chars,
-    )
-
-
-@task(name="write")
-def write_task(run_id: str, settings: Settings, request: SynthesisInput) -> Review:
-    models = _services[run_id].models
-    return write_report(models.engine, request, settings.caps.revisions_max, models.budget.may_start_revision)
-
-
-def record_degradations(store: EvidenceStore, run_id: str, models: ModelEngine, stage: str) -> None:
-    """A role that fell back to its safe default is an error row, and so a caveat of the report."""
-    for degradation in models.degradations.drain():
-        subject = f" ({degradation.subject})" if degradation.subject else ""
-        detail = f"the {degradation.role} fell back to its default{subject}: {degradation.reason}"
-        store.add_error(RunError(run_id=run_id, stage=stage, detail=detail))
-
-
-def settled(
-    store: EvidenceStore,
-    run_id: str,
-    stage: str,
-    futures: list[PrefectFuture],
-    subquestion_ids: list[str | None],
-) -> list:
-    """The results of mapped tasks that succeeded; each failure (after its retries) becomes an error row."""
-    results = []
-    for future, subquestion_id in zip(futures, subquestion_ids, strict=True):
-        future.wait()
-        if future.state.is_completed():
-            results.append(future.result())
-        else:
-            store.add_error(
-                RunError(
-                    run_id=run_id,
-                    stage=stage,
-                    subquestion_id=subquestion_id,
-                    detail=future.state.message or "",
-                )
-            )
-    return results
-
-
 class StageClock:
-    """Wall seconds per stage, for the run metrics (finishing takes milliseconds and is not a stage)."""
+    """Wall seconds per stage, for the run metrics."""
 
     def __init__(self) -> None:
         self.stages: dict[str, StageMetrics] = {}
@@ -210,105 +88,77 @@ def run_metrics(store: EvidenceStore, run_id: str, clock: StageClock, started: f
     )
 
 
-def publish_artifacts(report: Report) -> None:
-    key = slug(report.question)
-    create_markdown_artifact(markdown=report.markdown, key=f"report-{key}", description=report.question)
-    create_table_artifact(
-        table=[
-            {"id": s.id, "title": s.title, "url": s.url, "read": s.stored_at.isoformat()}
-            for s in report.sources
-        ],
-        key=f"sources-{key}",
-        description=f"Sources cited by run {report.run_id}",
-    )
-    create_table_artifact(
-        table=[stage.model_dump() for stage in report.metrics.stages],
-        key=f"metrics-{key}",
-        description=f"Per-stage metrics of run {report.run_id}",
-    )
+def record_degradations(run: RunContext, stage: str) -> None:
+    """A role that fell back to its safe default is an error row, and so a caveat of the report."""
+    for degradation in run.models.degradations.drain():
+        subject = f" ({degradation.subject})" if degradation.subject else ""
+        detail = f"the {degradation.role} fell back to its default{subject}: {degradation.reason}"
+        run.store.add_error(RunError(run_id=run.run_id, stage=stage, detail=detail))
 
 
-@flow(name="citeflow-research", task_runner=ThreadPoolTaskRunner(max_workers=4))
-def research_flow(
-    question: str,
-    search: str | None = None,
-    db: str | None = None,
-    reports: str | None = None,
-    config: str | None = None,
-    models: dict[str, dict[str, Any]] | None = None,
-) -> Report | State:
-    """Answer `question` with a report whose every sentence cites a verified quote.
-
-    `search`, `db` and `reports` override the settings (environment CITEFLOW_SEARCH, CITEFLOW_DB,
-    CITEFLOW_REPORTS, or the defaults). `config` names a citeflow.toml for the model roles and
-    `models` overrides its sections, e.g. {"defaults": {"model": "qwen3:8b"}}; with no endpoint
-    configured the extractive engine plays every role."""
-    chosen: dict[str, Any] = {"search": search, "db": db, "reports": reports}
-    overrides = {name: value for name, value in chosen.items() if value}
-    settings = Settings(**overrides)
-    question = Question(text=question).text
-    model_settings = load_model_settings(Path(config) if config else None, overrides=models)
-    run_id = str(flow_run.id)
-    store = get_store(Path(settings.db))
-    _services[run_id] = RunServices(
-        web=open_research(run_id, settings.search, WebSettings.from_env(), store=store),
-        models=build_engine(
-            model_settings,
-            store,
-            run_id,
-            caps=settings.caps,
-            fallback=extractive_engine(settings.caps.subquestions_min),
-        ),
-    )
-    try:
-        report = run_stages(store, settings, run_id, question)
-    except CiteflowError as error:  # e.g. a model endpoint refused the key: nothing useful can follow
-        store.add_error(RunError(run_id=run_id, stage="run", detail=str(error)))
-        store.finish_run(run_id, RunStatus.failed, f"No report: {error}", None, RunMetrics())
-        raise
-    finally:
-        _services.pop(run_id).web.close()
-    if report.status == "failed":
-        return Failed(
-            message=f"No report: {'; '.join(report.caveats) or 'nothing was verified'}", data=report
-        )
-    if problems := audit(store, report):  # a bug in a stage, never expected: say so loudly
-        for problem in problems:
-            store.add_error(RunError(run_id=run_id, stage="audit", detail=problem))
-        return Failed(message=f"The report failed its integrity audit: {problems[0]}", data=report)
-    return report
+def settled(
+    run: RunContext, stage: str, futures: list[PrefectFuture], subquestion_ids: list[str | None]
+) -> list:
+    """The results of mapped tasks that succeeded; each failure (after its retries) becomes an error row,
+    and each result another run computed (a cache hit) a trace row saying so."""
+    results = []
+    for future, subquestion_id in zip(futures, subquestion_ids, strict=True):
+        future.wait()
+        state = future.state
+        if not state.is_completed():
+            run.store.add_error(
+                RunError(
+                    run_id=run.run_id, stage=stage, subquestion_id=subquestion_id, detail=state.message or ""
+                )
+            )
+            continue
+        if state.name == "Cached":
+            now = datetime.now(UTC)
+            reused = "result of an earlier run reused"
+            run.store.add_trace(
+                Trace(run_id=run.run_id, stage=stage, subquestion_id=subquestion_id, actor="cache",
+                      started_at=now, ended_at=now, outcome=Outcome.ok, detail=reused)
+            )  # fmt: skip
+        results.append(future.result())
+    return results
 
 
-def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: str) -> Report:
+def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> Report:
     started = time.perf_counter()
     logger = get_run_logger()
-    models = _services[run_id].models
-    engine = models.engine
-    store.start_run(run_id, question, engine.name, settings.search, settings.model_dump_json())
-    key = slug(question)
-    progress = create_progress_artifact(progress=0.0, key=f"progress-{key}", description=f"Run {run_id}")
+    store, run_id, caps = run.store, run.run_id, run.settings.caps
+    progress = create_progress_artifact(
+        progress=0.0, key=f"progress-{artifact_key}", description=f"Run {run_id}"
+    )
     clock = StageClock()
 
     with clock.stage("plan"):
-        subquestions = plan_task(run_id, settings, question)
-    record_degradations(store, run_id, models, "plan")
+        plan_future = fresh(plan_task, refresh).submit(run.question)
+        [subquestions] = settled(run, "plan", [plan_future], [None]) or [[]]
+    if not subquestions:  # the plan task failed past its retries: the question itself is researched
+        subquestions = [SubQuestion(id="q1", position=0, text=run.question, query=run.question)]
+    store.add_subquestions(run_id, subquestions)
+    record_degradations(run, "plan")
     logger.info("plan: %d sub-questions: %s", len(subquestions), " | ".join(s.text for s in subquestions))
     update_progress_artifact(progress, 10.0)
 
     with clock.stage("research") as metrics:
-        researching = research_task.map(unmapped(run_id), unmapped(settings), subquestions)
+        researcher = fresh(research_task, refresh).with_options(
+            cache_expiration=timedelta(hours=run.settings.web.freshness_hours)
+        )
         researched: list[Researched] = settled(
-            store, run_id, "research", researching, [s.id for s in subquestions]
+            run, "research", researcher.map(subquestions), [s.id for s in subquestions]
         )
         for one in researched:
+            record_research(store, run_id, one)
             logger.info("research %s", one.summary)
         pages, pages_found = select_pages(
-            [source for one in researched for source in one.sources], settings.caps.pages_verified_max
+            [source for one in researched for source in one.sources], caps.pages_verified_max
         )
         metrics.pages = pages_found
     create_table_artifact(
         table=[{"subquestion": one.subquestion_id, **one.counts} for one in researched],
-        key=f"research-{key}",
+        key=f"research-{artifact_key}",
         description=f"Pages fetched, read from the store, skipped and failed per sub-question, run {run_id}",
     )
     pages_verified = len({page_id for page_id, _ in pages})
@@ -318,11 +168,12 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
     by_id = {sub.id: sub for sub in subquestions}
     with clock.stage("verify") as metrics:
         verifying = [
-            verify_task.submit(run_id, settings, by_id[subquestion_id], page_id, f"C{n}")
+            fresh(verify_task, refresh).submit(by_id[subquestion_id], page_id, f"C{n}")
             for n, (page_id, subquestion_id) in enumerate(pages, start=1)
         ]
-        settled(store, run_id, "verify", verifying, [subquestion_id for _, subquestion_id in pages])
-        record_degradations(store, run_id, models, "verify")
+        checked: list[list[Claim]] = settled(run, "verify", verifying, [sub_id for _, sub_id in pages])
+        store.add_claims([claim.model_copy(update={"run_id": run_id}) for page in checked for claim in page])
+        record_degradations(run, "verify")
         numbered = store.number_sources(run_id)
         claims = store.claims(run_id, ClaimStatus.verified)
         metrics.pages = pages_verified
@@ -331,14 +182,16 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
     logger.info("verify: %d claims verified, %d rejected", metrics.claims_verified, metrics.claims_rejected)
     update_progress_artifact(progress, 70.0)
 
-    review = None
+    review: Review | None = None
     with clock.stage("write") as metrics:
         if claims:
             request = SynthesisInput(
-                question=question, subquestions=subquestions, claims=claims, sources=numbered
+                question=run.question, subquestions=subquestions, claims=claims, sources=numbered
             )
-            review = write_task(run_id, settings, request)
-            record_degradations(store, run_id, models, "write")
+            review = write_report(
+                TaskSteps(refresh), request, caps.revisions_max, run.models.budget.may_start_revision
+            )
+            record_degradations(run, "write")
             metrics.sentences_removed = len(review.removed)
             logger.info(
                 "write: %d sentences kept, %d removed, %d revisions",
@@ -348,11 +201,7 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
             )
     update_progress_artifact(progress, 90.0)
 
-    report = finish(
-        store,
-        run_id,
-        question,
-        engine.name,
+    report = finish_task(
         subquestions,
         review,
         numbered,
@@ -360,10 +209,43 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
         pages_found,
         pages_verified,
         run_metrics(store, run_id, clock, started),
-        Path(settings.reports),
-        models.budget.caveats(),
+        artifact_key,
     )
-    publish_artifacts(report)
     update_progress_artifact(progress, 100.0)
     logger.info("finish: %s report at %s", report.status.value, report.report_path)
     return report
+
+
+def final_state(report: Report) -> Report | State:
+    """What Prefect shows: a partial report is Completed but named so; a failed one is Failed."""
+    if report.status is RunStatus.failed:
+        return Failed(
+            message=f"No report: {'; '.join(report.caveats) or 'nothing was verified'}", data=report
+        )
+    if report.status is RunStatus.partial:
+        return Completed(name="Partial", message="; ".join(report.caveats)[:500], data=report)
+    return report
+
+
+@flow(name="citeflow-research", task_runner=ThreadPoolTaskRunner(max_workers=4))
+def research_flow(
+    question: str,
+    settings: dict[str, Any] | None = None,
+    config: str | None = None,
+    refresh: bool = False,
+) -> Report | State:
+    """Answer `question` with a report whose every sentence cites a verified quote.
+
+    `settings` overrides the settings tree by dotted name, e.g. {"search": "wikipedia,local",
+    "caps.token_budget": 50000, "defaults.model": "qwen3:8b"}, over the environment and `config` (a
+    citeflow.toml; ./citeflow.toml when it exists). `refresh` recomputes every stage instead of reusing
+    cached results. With no model endpoint configured the extractive engine plays every role."""
+    loaded = load_settings(settings, Path(config) if config else None)
+    question = Question(text=question).text
+    run_id = str(flow_run.id)
+    store = get_store(loaded.settings.db)
+    with (
+        open_run_context(run_id, question, loaded.settings, store) as run,
+        owned_run(store, run_id, question, loaded.settings, run.engine.name),
+    ):
+        return final_state(run_stages(run, slug(question), refresh))

@@ -137,7 +137,20 @@ def m001_initial(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [m001_initial]
+def m002_run_owner(con: duckdb.DuckDBPyConnection) -> None:
+    """The process that runs a run, so a run left `running` by a dead process can be marked `crashed`,
+    and the hash of the settings it ran with."""
+    con.execute(
+        """
+        ALTER TABLE runs ADD COLUMN settings_hash VARCHAR;
+        ALTER TABLE runs ADD COLUMN pid INTEGER;
+        ALTER TABLE runs ADD COLUMN host VARCHAR;
+        ALTER TABLE runs ADD COLUMN process_started DOUBLE;
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_run_owner]
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:

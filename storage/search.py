@@ -52,6 +52,13 @@ def _pages_state(cur: duckdb.DuckDBPyConnection) -> tuple[int, datetime | None]:
     return count, newest
 
 
+def index_state(store: EvidenceStore) -> tuple[int, str | None]:
+    """The state of `pages` an index built now would cover, as plain values (for cache keys)."""
+    with store.cursor() as cur:
+        count, newest = _pages_state(cur)
+    return count, newest.isoformat() if newest else None
+
+
 def index_is_stale(store: EvidenceStore) -> bool:
     with store.cursor() as cur:
         built = cur.execute("SELECT pages, max_stored_at FROM search_index").fetchone()

@@ -28,6 +28,7 @@ from citeflow.contracts import (
     ModelCall,
     Page,
     PageInput,
+    ProcessId,
     ReportSentence,
     RunError,
     RunMetrics,
@@ -65,6 +66,16 @@ class RoleUsage(BaseModel):
     calls: int
     prompt_tokens: int
     completion_tokens: int
+
+
+class RunSummary(BaseModel):
+    """One line of `citeflow runs`."""
+
+    run_id: str
+    question: str
+    status: RunStatus
+    started_at: datetime
+    wall_seconds: float | None
 
 
 class IngestCounts(BaseModel):
@@ -408,6 +419,15 @@ class EvidenceStore:
                 setattr(counts, outcome, getattr(counts, outcome) + 1)
         return counts
 
+    def identity(self) -> str:
+        """This store and no other: its resolved path and when it was created (a store deleted and made
+        again at the same path is another store)."""
+        with self.cursor() as cur:
+            (created,) = cur.execute(  # type: ignore[misc]
+                "SELECT min(applied_at) FROM schema_migrations"
+            ).fetchone()
+        return f"{self.path.resolve()}@{created}"
+
     def page_count(self) -> int:
         with self.cursor() as cur:
             (count,) = cur.execute("SELECT count(*) FROM pages").fetchone()  # type: ignore[misc]
@@ -431,13 +451,70 @@ class EvidenceStore:
 
     # -- runs ----------------------------------------------------------------------------------
 
-    def start_run(self, run_id: str, question: str, engine: str, search: str, settings_json: str) -> None:
+    def start_run(
+        self,
+        run_id: str,
+        question: str,
+        engine: str,
+        search: str,
+        settings_json: str,
+        settings_hash: str = "",
+        owner: ProcessId | None = None,
+    ) -> None:
+        """Record a run as running, with the settings it runs with and the process that runs it."""
+        process = [owner.pid, owner.host, owner.started] if owner else [None, None, None]
         with self.cursor() as cur:
             cur.execute(
-                "INSERT INTO runs (run_id, question, status, engine, search, settings, started_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [run_id, question, RunStatus.running.value, engine, search, settings_json, utc_now()],
+                "INSERT INTO runs (run_id, question, status, engine, search, settings, settings_hash, "
+                "started_at, pid, host, process_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    run_id,
+                    question,
+                    RunStatus.running.value,
+                    engine,
+                    search,
+                    settings_json,
+                    settings_hash,
+                    utc_now(),
+                    *process,
+                ],
             )
+
+    def end_run(self, run_id: str, status: RunStatus, why: str) -> bool:
+        """End a run that is still `running` with no report (failed, cancelled, crashed), saying why.
+        False when the run had already ended: a run's first final status is the one that stands."""
+        with self.cursor() as cur:
+            ended = cur.execute(
+                "UPDATE runs SET status = ?, ended_at = ?, report_markdown = ?, "
+                "wall_seconds = date_diff('millisecond', started_at, ?) / 1000 "
+                "WHERE run_id = ? AND status = ? RETURNING run_id",
+                [status.value, utc_now(), why, utc_now(), run_id, RunStatus.running.value],
+            ).fetchall()
+        return bool(ended)
+
+    def running_runs(self) -> dict[str, ProcessId | None]:
+        """Runs still marked `running`, with the process that runs each (None for rows older than that)."""
+        with self.cursor() as cur:
+            rows = cur.execute(
+                "SELECT run_id, pid, host, process_started FROM runs WHERE status = ?",
+                [RunStatus.running.value],
+            ).fetchall()
+        return {
+            run_id: ProcessId(pid=pid, host=host, started=started) if pid is not None else None
+            for run_id, pid, host, started in rows
+        }
+
+    def recent_runs(self, limit: int) -> list[RunSummary]:
+        with self.cursor() as cur:
+            rows = cur.execute(
+                "SELECT run_id, question, status, started_at, wall_seconds FROM runs "
+                "ORDER BY started_at DESC LIMIT ?",
+                [limit],
+            ).fetchall()
+        return [
+            RunSummary(run_id=r[0], question=r[1], status=r[2], started_at=_as_utc(r[3]), wall_seconds=r[4])
+            for r in rows
+        ]
 
     def finish_run(
         self,

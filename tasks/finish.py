@@ -6,6 +6,10 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
 from citeflow.contracts import (
     Claim,
     Report,
@@ -18,6 +22,8 @@ from citeflow.contracts import (
     SubQuestion,
 )
 from storage.store import EvidenceStore
+from tasks.audit import audit
+from tasks.context import current_run
 from tasks.writer import Review
 
 
@@ -145,8 +151,11 @@ def finish(
     reports_dir: Path,
     budget_caveats: list[str],
 ) -> Report:
-    """Assemble, store and write the report. `claims` are the verified claims of the run;
-    `budget_caveats` say what the model budget stopped, if anything."""
+    """Assemble the report, audit it against the store, then store it and write its file. `claims` are
+    the verified claims of the run; `budget_caveats` say what the model budget stopped, if anything.
+
+    The audit runs before the run is stored as complete: a report that fails it (a bug in a stage, never
+    expected) is stored as failed, with the problems in the run's errors. A failed run writes no file."""
     errors = [
         f"{error.stage}"
         + (f" for {error.subquestion_id}" if error.subquestion_id else "")
@@ -155,31 +164,87 @@ def finish(
     ]
     caveats = caveats_for(subquestions, claims, review, errors + budget_caveats, pages_found, pages_verified)
     status = run_status(review, caveats)
-    markdown = render_markdown(question, engine_name, status, subquestions, review, sources, caveats)
     sentences = report_sentences(run_id, review)
-    store.add_report_sentences(sentences)
-    path: str | None = None
-    try:
-        path = str(write_report_file(reports_dir, run_id, question, markdown))
-    except OSError as error:  # a full disk or a read-only folder must not lose the run
-        detail = (
-            f"the report file could not be written in {reports_dir}: {error.strerror or error}; the report "
-            "is kept in the store (runs.report_markdown) and as a Prefect artifact"
-        )
-        store.add_error(RunError(run_id=run_id, stage="finish", detail=detail))
-        caveats = [*caveats, detail]
-    store.finish_run(run_id, status, markdown, path, metrics)
     kept = [sentence for sentence in sentences if sentence.status is SentenceStatus.kept]
     cited = {cite for sentence in kept for cite in sentence.cites}
-    return Report(
+    report = Report(
         run_id=run_id,
         question=question,
         status=status,
-        markdown=markdown,
-        report_path=path,
+        markdown="",
         sources=[source for source in sources if source.id in cited],
         claims=claims,
         sentences=kept,
         caveats=caveats,
         metrics=metrics,
     )
+    store.add_report_sentences(sentences)
+    if problems := audit(store, report):
+        for problem in problems:
+            store.add_error(RunError(run_id=run_id, stage="audit", detail=problem))
+        caveats = [*caveats, f"The report failed its integrity audit and was withheld: {problems[0]}"]
+        report = report.model_copy(update={"status": RunStatus.failed, "caveats": caveats})
+    markdown = render_markdown(question, engine_name, report.status, subquestions, review, sources, caveats)
+    report = report.model_copy(update={"markdown": markdown})
+    if report.status is not RunStatus.failed:
+        try:
+            path = write_report_file(reports_dir, run_id, question, markdown)
+            report = report.model_copy(update={"report_path": str(path)})
+        except OSError as error:  # a full disk or a read-only folder must not lose the run
+            detail = (
+                f"the report file could not be written in {reports_dir}: {error.strerror or error}; the "
+                "report is kept in the store (runs.report_markdown) and as a Prefect artifact"
+            )
+            store.add_error(RunError(run_id=run_id, stage="finish", detail=detail))
+            report = report.model_copy(update={"caveats": [*report.caveats, detail]})
+    store.finish_run(run_id, report.status, markdown, report.report_path, metrics)
+    return report
+
+
+def publish_artifacts(report: Report, key: str) -> None:
+    """The report, its sources and its metrics as Prefect artifacts; a repeated key keeps a history."""
+    create_markdown_artifact(markdown=report.markdown, key=f"report-{key}", description=report.question)
+    create_table_artifact(
+        table=[
+            {"id": s.id, "title": s.title, "url": s.url, "read": s.stored_at.isoformat()}
+            for s in report.sources
+        ],
+        key=f"sources-{key}",
+        description=f"Sources cited by run {report.run_id}",
+    )
+    create_table_artifact(
+        table=[stage.model_dump() for stage in report.metrics.stages],
+        key=f"metrics-{key}",
+        description=f"Per-stage metrics of run {report.run_id}",
+    )
+
+
+@task(name="finish", cache_policy=NO_CACHE)
+def finish_task(
+    subquestions: list[SubQuestion],
+    review: Review | None,
+    sources: list[Source],
+    claims: list[Claim],
+    pages_found: int,
+    pages_verified: int,
+    metrics: RunMetrics,
+    artifact_key: str,
+) -> Report:
+    run = current_run()
+    report = finish(
+        run.store,
+        run.run_id,
+        run.question,
+        run.engine.name,
+        subquestions,
+        review,
+        sources,
+        claims,
+        pages_found,
+        pages_verified,
+        metrics,
+        Path(run.settings.reports),
+        run.models.budget.caveats(),
+    )
+    publish_artifacts(report, artifact_key)
+    return report

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from prefect import task
+
 from citeflow.contracts import SubQuestion
+from citeflow.llm.settings import RoleName
 from citeflow.roles import Engine
 from citeflow.text import normalise
-from storage.store import EvidenceStore
+from tasks.caching import StageKey, cached_unless_degraded, role_identity
+from tasks.context import current_run
+from tasks.retries import not_rejected
 from tasks.tracing import traced
 
 
@@ -26,13 +33,33 @@ def enforce_plan(question: str, proposed: list[SubQuestion], max_subquestions: i
     return kept or [SubQuestion(id="q1", position=0, text=question, query=question)]
 
 
-def plan(
-    store: EvidenceStore, engine: Engine, run_id: str, question: str, max_subquestions: int
-) -> list[SubQuestion]:
-    with traced(store, run_id, "plan", engine.name) as step:
-        subquestions = enforce_plan(
-            question, engine.planner.plan(question, max_subquestions), max_subquestions
-        )
+def plan(engine: Engine, question: str, max_subquestions: int) -> list[SubQuestion]:
+    return enforce_plan(question, engine.planner.plan(question, max_subquestions), max_subquestions)
+
+
+def _plan_key(inputs: dict[str, Any]) -> list[Any]:
+    settings = current_run().settings
+    caps = settings.caps
+    return [
+        inputs["question"],
+        role_identity(settings, RoleName.planner),
+        role_identity(settings, RoleName.query_writer),
+        caps.subquestions_min,
+        caps.subquestions_max,
+    ]
+
+
+@task(
+    name="plan",
+    retries=1,
+    retry_delay_seconds=2,
+    retry_condition_fn=not_rejected,
+    cache_policy=StageKey(stage="plan", parts=_plan_key),
+)
+def plan_task(question: str) -> list[SubQuestion]:
+    run = current_run()
+    with traced(run.store, run.run_id, "plan", run.engine.name) as step:
+        with cached_unless_degraded(run.models.degradations):
+            subquestions = plan(run.engine, question, run.settings.caps.subquestions_max)
         step.detail = f"{len(subquestions)} sub-questions"
-    store.add_subquestions(run_id, subquestions)
     return subquestions

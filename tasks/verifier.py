@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from citeflow.contracts import Claim, RunSource, SubQuestion
+from typing import Any
+
+from prefect import task
+
+from citeflow.contracts import Claim, Page, RunSource, SubQuestion
+from citeflow.llm.settings import RoleName
 from citeflow.roles import ClaimExtractor
 from citeflow.verify import verify_drafts
-from storage.store import EvidenceStore
+from tasks.caching import StageKey, cached_unless_degraded, role_identity
+from tasks.context import current_run
+from tasks.retries import not_rejected
 from tasks.tracing import traced
 
 
@@ -32,23 +39,18 @@ def select_pages(sources: list[RunSource], max_pages: int) -> tuple[list[tuple[s
 
 
 def verify_page(
-    store: EvidenceStore,
     extractor: ClaimExtractor,
-    actor: str,
     run_id: str,
     subquestion: SubQuestion,
-    page_id: str,
+    page: Page,
     claim_prefix: str,
     claims_per_page: int,
     quote_min_chars: int,
 ) -> list[Claim]:
-    """Extract claims from one page for one sub-question, check each mechanically, store them all
-    (rejected ones with their reason) and return them."""
-    page = store.get_page(page_id)
-    with traced(store, run_id, "verify", actor, subquestion.id) as step:
-        drafts = extractor.extract(subquestion, page, claims_per_page)[:claims_per_page]
-        step.detail = f"page {page_id}: {len(drafts)} claims proposed"
-    claims = verify_drafts(
+    """Extract claims from one page for one sub-question and check each mechanically: every claim comes
+    back, rejected ones with their reason."""
+    drafts = extractor.extract(subquestion, page, claims_per_page)[:claims_per_page]
+    return verify_drafts(
         drafts,
         page,
         subquestion_id=subquestion.id,
@@ -56,5 +58,50 @@ def verify_page(
         claim_prefix=claim_prefix,
         min_quote_chars=quote_min_chars,
     )
-    store.add_claims(claims)
+
+
+def _verify_key(inputs: dict[str, Any]) -> list[Any]:
+    """The page id is a hash of the page's URL and content, so it stands for the text that was read; the
+    claim prefix keeps claim ids stable, and is the same for an unchanged run."""
+    settings = current_run().settings
+    subquestion: SubQuestion = inputs["subquestion"]
+    return [
+        inputs["page_id"],
+        inputs["claim_prefix"],
+        subquestion.id,
+        subquestion.text,
+        subquestion.query,
+        role_identity(settings, RoleName.verifier),
+        settings.caps.claims_per_page,
+        settings.caps.quote_min_chars,
+        settings.models.verifier_page_chars,
+    ]
+
+
+@task(
+    name="verify",
+    task_run_name="verify-{claim_prefix}",
+    retries=1,
+    retry_delay_seconds=2,
+    retry_condition_fn=not_rejected,
+    cache_policy=StageKey(stage="verify", parts=_verify_key),
+)
+def verify_task(subquestion: SubQuestion, page_id: str, claim_prefix: str) -> list[Claim]:
+    """Every claim proposed from the page, checked. The flow stores them for its run (a cached result
+    carries the run id of the run that computed it)."""
+    run = current_run()
+    caps = run.settings.caps
+    page = run.store.get_page(page_id)
+    with traced(run.store, run.run_id, "verify", run.engine.name, subquestion.id) as step:
+        with cached_unless_degraded(run.models.degradations):
+            claims = verify_page(
+                run.engine.extractor,
+                run.run_id,
+                subquestion,
+                page,
+                claim_prefix,
+                caps.claims_per_page,
+                caps.quote_min_chars,
+            )
+        step.detail = f"page {page_id}: {len(claims)} claims proposed"
     return claims

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from citeflow.audit import audit
 from citeflow.contracts import ClaimStatus, Report, RunStatus
 from citeflow.text import normalise
 from storage.store import get_store
+from tasks.audit import audit
 
 QUESTION = "How does citeflow check that a quote appears on a page?"
 
@@ -27,7 +27,9 @@ def test_flow_writes_a_report_whose_every_citation_is_a_verified_quote(
 ) -> None:
     from flows.research import research_flow
 
-    report = research_flow(question=QUESTION, db=str(docs_db), reports=str(tmp_path / "reports"))
+    report = research_flow(
+        question=QUESTION, settings={"db": str(docs_db), "reports": str(tmp_path / "reports")}
+    )
 
     assert isinstance(report, Report)
     assert report.status in (RunStatus.complete, RunStatus.partial)
@@ -59,8 +61,7 @@ def test_a_store_with_no_pages_fails_the_run_and_says_why(prefect_api: None, tmp
 
     state = research_flow(
         question="What is the airspeed of an unladen swallow?",
-        db=str(tmp_path / "empty.duckdb"),
-        reports=str(tmp_path / "reports"),
+        settings={"db": str(tmp_path / "empty.duckdb"), "reports": str(tmp_path / "reports")},
         return_state=True,
     )
 
@@ -79,7 +80,7 @@ def test_an_empty_question_fails_before_a_run_starts(prefect_api: None, tmp_path
     from flows.research import research_flow
 
     with pytest.raises(ValidationError, match="the question is empty"):
-        research_flow(question="   ", db=str(tmp_path / "x.duckdb"))
+        research_flow(question="   ", settings={"db": str(tmp_path / "x.duckdb")})
     assert not (tmp_path / "x.duckdb").exists()
 
 
@@ -91,7 +92,7 @@ def test_a_report_file_that_cannot_be_written_loses_nothing(
     blocked = tmp_path / "reports"
     blocked.write_text("a file where the reports folder should be")
 
-    report = research_flow(question=QUESTION, db=str(docs_db), reports=str(blocked))
+    report = research_flow(question=QUESTION, settings={"db": str(docs_db), "reports": str(blocked)})
 
     assert isinstance(report, Report) and report.report_path is None
     assert any("the report file could not be written" in caveat for caveat in report.caveats)

@@ -25,6 +25,10 @@ EXPECTED_SCHEMA = {
         "report_markdown",
         "report_path",
         "metrics",
+        "settings_hash",
+        "pid",
+        "host",
+        "process_started",
     ],
     "subquestions": ["run_id", "id", "position", "text", "query"],
     "pages": [
@@ -104,7 +108,8 @@ def test_reopening_does_not_rerun_migrations(tmp_path: Path) -> None:
     with EvidenceStore.open(path) as store, store.cursor() as cur:
         again = cur.execute("SELECT version, name, applied_at FROM schema_migrations").fetchall()
         assert migrations.current_version(cur) == migrations.LATEST_VERSION
-    assert first == again == [(1, "m001_initial", first[0][2])]
+    assert first == again
+    assert [(version, name) for version, name, _ in first] == [(1, "m001_initial"), (2, "m002_run_owner")]
 
 
 def test_a_failing_migration_leaves_the_store_at_its_old_version(
@@ -113,16 +118,16 @@ def test_a_failing_migration_leaves_the_store_at_its_old_version(
     path = tmp_path / "store.duckdb"
     EvidenceStore.open(path).close()
 
-    def m002_broken(con: duckdb.DuckDBPyConnection) -> None:
+    def broken(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("CREATE TABLE half_done (a INTEGER)")
         con.execute("SELECT * FROM no_such_table")
 
-    monkeypatch.setattr(migrations, "MIGRATIONS", [migrations.m001_initial, m002_broken])
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, broken])
     con = duckdb.connect(str(path))
     try:
         with pytest.raises(duckdb.CatalogException):
             migrations.migrate(con)
-        assert migrations.current_version(con) == 1
+        assert migrations.current_version(con) == migrations.LATEST_VERSION
         tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         assert "half_done" not in tables
     finally:

@@ -85,7 +85,7 @@ def test_a_cli_run_is_a_completed_flow_run_with_its_artifacts(server: dict[str, 
     flow_runs = api(server, "/flow_runs/filter", {"flow_runs": {"id": {"any_": [report["run_id"]]}}})
     assert [flow_run["state"]["type"] for flow_run in flow_runs] == ["COMPLETED"]
     task_runs = api(server, "/task_runs/filter", {"flow_runs": {"id": {"any_": [report["run_id"]]}}})
-    assert {"plan", "research", "verify", "write"} <= {
+    assert {"plan", "research", "verify", "synthesise", "critique", "finish"} <= {
         task_run["name"].split("-")[0] for task_run in task_runs
     }
     artifacts = api(server, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [report["run_id"]]}}})

@@ -107,7 +107,7 @@ def test_a_sentence_still_failing_after_the_loop_is_removed_by_position() -> Non
 
     from citeflow.contracts import SynthesisInput
     from citeflow.extractive import extractive_engine
-    from tasks.writer import write_report
+    from tasks.writer import EngineSteps, write_report
 
     class Stubborn:
         """A synthesiser that ignores every critique: the loop must end on no progress."""
@@ -123,7 +123,7 @@ def test_a_sentence_still_failing_after_the_loop_is_removed_by_position() -> Non
     engine = replace(extractive_engine(), synthesiser=Stubborn())
     request = SynthesisInput(question="Why?", subquestions=[sub(1, "Why?")], claims=[claim("q1")], sources=[])
 
-    review = write_report(engine, request, revisions_max=2, may_revise=lambda: True)
+    review = write_report(EngineSteps(engine), request, revisions_max=2, may_revise=lambda: True)
 
     assert review.end is LoopEnd.same_draft and review.revisions == 1
     assert set(review.removed) == {1} and review.removed[1].startswith("unknown_id")
@@ -135,7 +135,7 @@ def test_the_loop_ends_when_the_critic_repeats_itself_on_a_changed_draft() -> No
 
     from citeflow.contracts import SentenceCheck, SentenceProblem, SynthesisInput
     from citeflow.extractive import extractive_engine
-    from tasks.writer import write_report
+    from tasks.writer import EngineSteps, write_report
 
     same = Critique(
         approved=False,
@@ -168,7 +168,7 @@ def test_the_loop_ends_when_the_critic_repeats_itself_on_a_changed_draft() -> No
     engine = replace(extractive_engine(), synthesiser=synthesiser, critic=critic)
     request = SynthesisInput(question="Why?", subquestions=[sub(1, "Why?")], claims=[claim("q1")], sources=[])
 
-    review = write_report(engine, request, revisions_max=2, may_revise=lambda: True)
+    review = write_report(EngineSteps(engine), request, revisions_max=2, may_revise=lambda: True)
 
     assert review.end is LoopEnd.same_critique and review.revisions == 1  # one short of the cap of 2
     assert len(synthesiser.drafts) == 2 and synthesiser.drafts[0] != synthesiser.drafts[1]

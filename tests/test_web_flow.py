@@ -21,12 +21,13 @@ import pytest
 from typer.testing import CliRunner
 from web_servers import LoopbackServer, Site, failing_routes, outbound, running_site, searxng_routes
 
-from citeflow.audit import audit
+from citeflow.config import load_settings
 from citeflow.contracts import Report, RunStatus
+from citeflow.errors import InputError
 from citeflow.text import normalise
 from citeflow.web.providers import provider_chain
-from citeflow.web.settings import WebSettings
 from storage.store import EvidenceStore, get_store
+from tasks.audit import audit
 from tasks.finish import slug
 
 QUESTION = "Why does water boil at a lower temperature in Denver than at sea level?"
@@ -76,10 +77,14 @@ def searxng_listing(
         yield searx
 
 
-def run_flow(db: Path, reports: Path, question: str = QUESTION) -> Report:
+def run_flow(db: Path, reports: Path, question: str = QUESTION, refresh: bool = False) -> Report:
     from flows.research import research_flow
 
-    report = research_flow(question=question, search="searxng", db=str(db), reports=str(reports))
+    report = research_flow(
+        question=question,
+        settings={"search": "searxng", "db": str(db), "reports": str(reports)},
+        refresh=refresh,
+    )
     assert isinstance(report, Report), report
     return report
 
@@ -113,13 +118,13 @@ def research_table(report: Report) -> dict[str, dict[str, int]]:
 
 def test_provider_order_from_the_environment_keeps_a_searxng_run_off_the_public_web() -> None:
     env = {"SEARXNG_URL": "http://127.0.0.1:9"}
-    default = provider_chain(WebSettings.from_env(env), "searxng", local_available=True)
+    default = provider_chain(load_settings(None, None, env).settings.web, "searxng", local_available=True)
     assert default[0] == "searxng" and "duckduckgo" in default  # why the tests set the order
-    only = WebSettings.from_env({**env, "CITEFLOW_PROVIDER_ORDER": " SearXNG , "})
+    only = load_settings(None, None, {**env, "CITEFLOW_PROVIDER_ORDER": " SearXNG , "}).settings.web
     assert only.provider_order == ("searxng",)
     assert provider_chain(only, "searxng", local_available=True) == ["searxng"]
-    with pytest.raises(ValueError, match="unknown search providers"):
-        WebSettings.from_env({"CITEFLOW_PROVIDER_ORDER": "searxng,bing"})
+    with pytest.raises(InputError, match="unknown search providers"):
+        load_settings(None, None, {"CITEFLOW_PROVIDER_ORDER": "searxng,bing"})
 
 
 def test_searxng_run_cites_real_html_pages_fetched_from_loopback(
@@ -164,7 +169,7 @@ def test_searxng_run_cites_real_html_pages_fetched_from_loopback(
 def test_cli_run_with_searxng_prints_json_citing_the_loopback_pages(
     prefect_api: None, web: Site, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from citeflow.cli import app
+    from cli.main import app
 
     db = tmp_path / "cli.duckdb"
     with searxng_listing(monkeypatch, web.site, list(PAGES)):
@@ -231,12 +236,11 @@ def test_all_providers_failing_ends_in_an_honest_no_sources_report(
     db = tmp_path / "failed.duckdb"
     with LoopbackServer(failing_routes()) as broken:
         use_searxng(monkeypatch, broken, web.site)
-        assert provider_chain(WebSettings.from_env(), "searxng", local_available=True) == ["searxng"]
+        web_settings = load_settings().settings.web
+        assert provider_chain(web_settings, "searxng", local_available=True) == ["searxng"]
         state = research_flow(
             question=QUESTION,
-            search="searxng",
-            db=str(db),
-            reports=str(tmp_path / "reports"),
+            settings={"search": "searxng", "db": str(db), "reports": str(tmp_path / "reports")},
             return_state=True,
         )
         searches = broken.paths()
@@ -266,11 +270,16 @@ def test_second_run_within_the_freshness_window_reads_pages_from_the_store(
     prefect_api: None, web: Site, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     db, reports = tmp_path / "fresh.duckdb", tmp_path / "reports"
-    with searxng_listing(monkeypatch, web.site, list(PAGES)):
+    with searxng_listing(monkeypatch, web.site, list(PAGES)) as searx:
         first = run_flow(db, reports)
         connections, requests = web.site.connections, len(web.site.requests)
-        second = run_flow(db, reports)
+        searches = len(searx.paths())
+        cached = run_flow(db, reports)  # the research stage's cached result: not even a search
+        searched_again = len(searx.paths())
+        second = run_flow(db, reports, refresh=True)  # searched again; the pages are fresh in the store
 
+    assert searched_again == searches and len(searx.paths()) > searches
+    assert research_table(cached) == research_table(first)
     assert requests == len(PAGES) + 1  # the pages and robots.txt, once
     assert web.site.connections == connections and len(web.site.requests) == requests  # 0 new fetches
     store = get_store(db)

@@ -15,6 +15,9 @@ role's output), and here only where a cap saves a call (the plan is cut before t
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -35,6 +38,10 @@ class Degradation(BaseModel):
     reason: str
 
 
+# The degradations seen by the code running in this context (a task's thread), when someone watches.
+_watching: ContextVar[list[Degradation] | None] = ContextVar("citeflow_degradations", default=None)
+
+
 class DegradationLog:
     """Thread-safe list of degradations; the flow drains it into run_errors and caveats."""
 
@@ -43,8 +50,23 @@ class DegradationLog:
         self._lock = threading.Lock()
 
     def add(self, role: RoleName, subject: str, error: DegradableError) -> None:
+        item = Degradation(role=role.value, subject=subject, reason=str(error))
         with self._lock:
-            self._items.append(Degradation(role=role.value, subject=subject, reason=str(error)))
+            self._items.append(item)
+        seen = _watching.get()
+        if seen is not None:
+            seen.append(item)
+
+    @contextmanager
+    def watch(self) -> Iterator[list[Degradation]]:
+        """The degradations added by code running inside the block in this context: roles run in the
+        calling thread, so a task can tell its own fallbacks from those of tasks in other threads."""
+        seen: list[Degradation] = []
+        token = _watching.set(seen)
+        try:
+            yield seen
+        finally:
+            _watching.reset(token)
 
     def drain(self) -> list[Degradation]:
         with self._lock:

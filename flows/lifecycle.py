@@ -1,0 +1,94 @@
+"""One owner of each run's life: every way a run ends leaves its row with a final status.
+
+  the finish stage ran                      complete, partial or failed, as the report says
+  an error stopped the run (any Exception)  failed, with the error in the run's errors
+  Ctrl-C, SIGTERM, a cancel from Prefect    cancelled
+  the process died (SIGKILL, power loss)    crashed, marked by the next run that opens the store
+
+Prefect shows the same: the flow returns or raises accordingly, and a run marked `crashed` here is set
+Crashed in Prefect too when its API can be reached.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from prefect.client.orchestration import get_client
+from prefect.states import Cancelled, Crashed, State
+
+from citeflow.config import Settings
+from citeflow.contracts import RunError, RunStatus
+from citeflow.process import is_alive, this_process
+from storage.store import EvidenceStore, get_store
+
+logger = logging.getLogger(__name__)
+
+
+def mark_crashed(store: EvidenceStore) -> list[str]:
+    """Mark `crashed` every run left `running` by a process that is gone; their ids. A row written
+    before runs recorded their process has no owner, and its process is gone: the store could not have
+    been opened by this citeflow while it ran."""
+    crashed = []
+    for run_id, owner in store.running_runs().items():
+        if owner is not None and is_alive(owner):
+            continue
+        who = f"pid {owner.pid} on {owner.host}" if owner else "an earlier citeflow"
+        if store.end_run(run_id, RunStatus.crashed, f"No report: the process running this run ({who}) died."):
+            crashed.append(run_id)
+    return crashed
+
+
+def tell_prefect(run_ids: list[str], state: State) -> None:
+    """Set each run's Prefect flow run to `state`, as its row is. Best effort: the runs may have used
+    another Prefect server, or none that is still up; the store's status stands either way."""
+    if not run_ids:
+        return
+    try:
+        with get_client(sync_client=True) as client:
+            for run_id in run_ids:
+                client.set_flow_run_state(run_id, state.model_copy(), force=True)
+    except Exception as error:  # noqa: BLE001 - Prefect's answer changes nothing here
+        logger.warning("could not set %d run(s) %s in Prefect: %s", len(run_ids), state.name, error)
+
+
+def cancel_runs_of_this_process(db: Path, why: str) -> list[str]:
+    """Mark `cancelled` the runs this process is running, in the store and in Prefect; their ids."""
+    store = get_store(db)
+    me = this_process()
+    mine = [run_id for run_id, owner in store.running_runs().items() if owner == me]
+    cancelled = [run_id for run_id in mine if store.end_run(run_id, RunStatus.cancelled, why)]
+    tell_prefect(cancelled, Cancelled(message=why))
+    return cancelled
+
+
+@contextmanager
+def owned_run(
+    store: EvidenceStore, run_id: str, question: str, settings: Settings, engine: str
+) -> Iterator[None]:
+    """Record the run as running, and give it a final status however the block ends. The finish stage
+    sets the status of a run that reaches it; a row already final is never overwritten."""
+    tell_prefect(mark_crashed(store), Crashed(message="The process running this flow run died."))
+    store.start_run(
+        run_id,
+        question,
+        engine,
+        settings.search,
+        settings.stored_json(),
+        settings.digest(),
+        this_process(),
+    )
+    try:
+        yield
+    except Exception as error:
+        detail = f"{type(error).__name__}: {error}"
+        store.add_error(RunError(run_id=run_id, stage="run", detail=detail))
+        store.end_run(run_id, RunStatus.failed, f"No report: {detail}")
+        raise
+    except BaseException as interrupt:  # KeyboardInterrupt, SystemExit, Prefect's TerminationSignal
+        store.end_run(
+            run_id, RunStatus.cancelled, f"No report: the run was cancelled ({type(interrupt).__name__})."
+        )
+        raise
