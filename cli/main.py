@@ -6,6 +6,7 @@ prints. Progress goes to stderr, so `--json` output on stdout stays one parseabl
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import signal
@@ -224,6 +225,7 @@ def run(
 def prefect_api(db: Path) -> Iterator[None]:
     """Point Prefect at a server for this run: PREFECT_API_URL when the user set one, else the `citeflow
     server` of the store's folder, else a temporary server stopped when the run ends (said once)."""
+    from prefect.logging.handlers import APILogHandler
     from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
     from cli.server import running_server, temporary_server
@@ -242,7 +244,10 @@ def prefect_api(db: Path) -> Iterator[None]:
         soft_wrap=True,
     )
     with temporary_server(db) as url, temporary_settings({PREFECT_API_URL: url}):
-        yield
+        try:
+            yield
+        finally:
+            APILogHandler().flush()  # the run's last log lines, while the server still answers
 
 
 T = TypeVar("T")
@@ -267,7 +272,10 @@ def supervised(body: Callable[[], T], db: Path) -> T:
     handlers = {
         signum: signal.signal(signum, lambda signum, _: received.append(signum)) for signum in EXIT_CODES
     }
-    worker = threading.Thread(target=target, name="citeflow-run", daemon=True)
+    # The thread runs in a copy of this context: Prefect's settings (the API URL) live in context variables.
+    worker = threading.Thread(
+        target=contextvars.copy_context().run, args=(target,), name="citeflow-run", daemon=True
+    )
     worker.start()
     try:
         while worker.is_alive():
@@ -283,11 +291,20 @@ def supervised(body: Callable[[], T], db: Path) -> T:
 
 
 def cancel_and_exit(db: Path, signum: int) -> NoReturn:
-    """Mark this process's running runs cancelled, in the store and in Prefect, say so, and exit now."""
+    """Mark this process's running runs cancelled, in the store and in Prefect, stop the processes this
+    one started (a temporary server), say so in one line, and exit now."""
+    import psutil
+
     from flows.lifecycle import cancel_runs_of_this_process
 
     name = signal.Signals(signum).name
     cancelled = cancel_runs_of_this_process(db, f"No report: the run was cancelled ({name}).")
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=2)
+    for child in alive:
+        child.kill()
     which = ", ".join(cancelled) or "no run had started"
     err.print(f"cancelled ({name}): {which}; its row says cancelled.", highlight=False, soft_wrap=True)
     sys.stderr.flush()
@@ -422,12 +439,11 @@ def runs(
         recent = store.recent_runs(limit)
     except CiteflowError as error:
         fail(error)
-    table = Table("run", "question", "status", "started", "seconds")
+    # One line a run, the question last: ids stay whole and columns stay aligned at any width.
     for one in recent:
         seconds = "" if one.wall_seconds is None else f"{one.wall_seconds:.1f}"
-        started = f"{one.started_at:%Y-%m-%d %H:%M:%S}"
-        table.add_row(one.run_id, escape(one.question), one.status.value, started, seconds)
-    out.print(table)
+        line = f"{one.run_id}  {one.status.value:<9}  {one.started_at:%Y-%m-%d %H:%M:%S}  {seconds:>7}  "
+        out.print(line + one.question, markup=False, highlight=False, soft_wrap=True)
 
 
 server_app = typer.Typer(

@@ -1,0 +1,131 @@
+"""Result caching across runs: a repeated run of an unchanged question makes no model call and its task
+runs show as Cached in Prefect; a change of model, caps or page content misses as it must; a fallback is
+never cached; --refresh recomputes. Every role is on a scripted OpenAI-compatible server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai_server import Reply
+from role_server import PAGES, QUESTION, RoleServer, ingested, models_for
+
+from citeflow.contracts import Report
+from storage.ingest import ingest_paths
+from storage.store import get_store
+from tasks.audit import audit
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[RoleServer]:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-cache-test")
+    with RoleServer() as running:
+        yield running
+
+
+def run(server: RoleServer, db: Path, tmp_path: Path, refresh: bool = False, **settings: Any) -> Report:
+    from flows.research import research_flow
+
+    chosen = {"db": str(db), "reports": str(tmp_path / "reports"), **models_for(server), **settings}
+    state = research_flow(question=QUESTION, settings=chosen, refresh=refresh, return_state=True)
+    report = state.result(raise_on_failure=False)  # a run may fail: its report says why
+    assert isinstance(report, Report), state.message
+    return report
+
+
+def calls_during(server: RoleServer, body: Any) -> tuple[Any, dict[str, int]]:
+    """What `body()` returned, and the model requests it made, per role."""
+    before = dict(server.calls)
+    result = body()
+    return result, {
+        role: n - before.get(role, 0) for role, n in server.calls.items() if n > before.get(role, 0)
+    }
+
+
+async def task_run_states(run_id: str) -> dict[str, str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async with get_client() as client:
+        runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+    return {task_run.name: task_run.state.name for task_run in runs if task_run.state}
+
+
+def test_a_repeated_run_makes_no_model_call_and_its_tasks_show_as_cached(
+    prefect_api: None, server: RoleServer, tmp_path: Path
+) -> None:
+    db = ingested(tmp_path, PAGES)
+
+    first, first_calls = calls_during(server, lambda: run(server, db, tmp_path))
+    second, second_calls = calls_during(server, lambda: run(server, db, tmp_path))
+
+    assert set(first_calls) == {"planner", "verifier", "synthesiser", "critic"}
+    assert second_calls == {}  # at most 10% of the first run's calls was asked: none were needed
+    assert [s.text for s in second.sentences] == [s.text for s in first.sentences] and second.sentences
+    store = get_store(db)
+    assert audit(store, second) == []
+    assert store.role_usage(second.run_id) == {}
+    assert len(store.claims(second.run_id)) == len(store.claims(first.run_id))
+    states = asyncio.run(task_run_states(second.run_id))
+    stages = {name.rsplit("-", 1)[0] for name in states}
+    assert {"plan", "research", "verify", "synthesise", "critique", "finish"} <= stages
+    assert all(state == "Cached" for name, state in states.items() if not name.startswith("finish"))
+    cached_traces = store.query(
+        f"SELECT count(*) FROM traces WHERE run_id = '{second.run_id}' AND actor = 'cache'"
+    )[1][0][0]
+    assert cached_traces >= len(first.sentences and second.claims) > 0
+
+
+def test_a_change_of_model_or_caps_misses_and_refresh_recomputes(
+    prefect_api: None, server: RoleServer, tmp_path: Path
+) -> None:
+    db = ingested(tmp_path, PAGES)
+    _, first = calls_during(server, lambda: run(server, db, tmp_path))
+
+    _, other_model = calls_during(server, lambda: run(server, db, tmp_path, **{"defaults.model": "another"}))
+    _, fewer_claims = calls_during(server, lambda: run(server, db, tmp_path, **{"caps.claims_per_page": 1}))
+    _, refreshed = calls_during(server, lambda: run(server, db, tmp_path, refresh=True))
+
+    assert other_model == first  # every role asked again
+    assert set(fewer_claims) == {"verifier", "synthesiser", "critic"}  # the plan does not depend on it
+    assert fewer_claims["verifier"] == first["verifier"]
+    assert refreshed == first
+
+
+def test_a_changed_page_is_the_only_one_verified_again(
+    prefect_api: None, server: RoleServer, tmp_path: Path
+) -> None:
+    db = ingested(tmp_path, PAGES)
+    _, first = calls_during(server, lambda: run(server, db, tmp_path))
+    text = PAGES[0]["text"].replace("by Jane Doe", "by Jane Doe and John Roe")
+    changed = [{**PAGES[0], "text": text}, PAGES[1]]
+    corpus = tmp_path / "changed.jsonl"
+    corpus.write_text("".join(json.dumps(page) + "\n" for page in changed), encoding="utf-8")
+    ingest_paths(get_store(db), [corpus])
+
+    report, second = calls_during(server, lambda: run(server, db, tmp_path))
+
+    assert "planner" not in second  # the question and the plan's inputs did not change
+    # Each sub-question read the changed page once; the unchanged page's verdicts were reused.
+    assert 0 < second["verifier"] < first["verifier"]
+    assert any("John Roe" in claim.quote for claim in report.claims)
+
+
+def test_a_fallback_is_not_cached_so_the_next_run_asks_the_model_again(
+    prefect_api: None, server: RoleServer, tmp_path: Path
+) -> None:
+    db = ingested(tmp_path, PAGES)
+    faithful = server.handlers["verifier"]
+    server.handlers["verifier"] = lambda received, n: Reply(content="no JSON here, sorry")
+    _, degraded = calls_during(server, lambda: run(server, db, tmp_path))
+    server.handlers["verifier"] = faithful
+
+    report, second = calls_during(server, lambda: run(server, db, tmp_path))
+
+    assert degraded["verifier"] > 0 and second["verifier"] > 0
+    assert "planner" not in second  # the plan was fine, and cached
+    assert report.claims
