@@ -1,56 +1,70 @@
-"""Serve the deployments declared in prefect.yaml from this process, with their schedules.
+"""Serve the recurring topics of deployments/topics.yaml from this process, with no work pool.
 
-For a machine with `prefect server start` running and no work pool: `python -m deployments.serve`.
-prefect.yaml stays the one place where recurring topics are declared.
+For a machine with a Prefect server running (`citeflow server start`) and no worker:
+`python -m deployments.serve`, from the folder holding prefect.yaml. Each topic is the deployment
+`citeflow-research/NAME`, as `prefect deploy --all` would make it, so `prefect deployment run
+citeflow-research/NAME` works either way. The two ways cannot both own a topic: serving refuses a topic
+already deployed to a work pool (runs would be picked up twice), saying how to switch.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any
 
-import yaml
 from prefect import serve
+from prefect.client.orchestration import get_client
 from prefect.deployments.runner import RunnerDeployment
-from prefect.schedules import Cron, Schedule
+from prefect.exceptions import ObjectNotFound
+from prefect.schedules import Cron
 
+from citeflow.errors import CiteflowError, InputError
+from deployments.topics import FLOW_NAME, Topic, load_topics, tag
 from flows.research import research_flow
 
-PREFECT_YAML = Path(__file__).resolve().parent.parent / "prefect.yaml"
 
-
-def schedules_of(deployment: dict[str, Any]) -> list[Schedule]:
-    return [
-        Cron(
-            schedule["cron"],
-            timezone=schedule.get("timezone", "UTC"),
-            slug=schedule.get("slug"),
-            parameters=schedule.get("parameters", {}),
-        )
-        for schedule in deployment.get("schedules", [])
-    ]
-
-
-def declared_deployments(path: Path = PREFECT_YAML) -> list[dict[str, Any]]:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))["deployments"]
-
-
-def runner_deployments(path: Path = PREFECT_YAML) -> list[RunnerDeployment]:
+def runner_deployments(topics: list[Topic]) -> list[RunnerDeployment]:
     return [
         research_flow.to_deployment(
-            name=deployment["name"],
-            description=deployment.get("description"),
-            tags=deployment.get("tags", []),
-            parameters=deployment.get("parameters", {}),
-            concurrency_limit=deployment.get("concurrency_limit"),
-            schedules=schedules_of(deployment),
+            name=topic.name,
+            description=f"Recurring research: {topic.question}",
+            tags=["citeflow", tag(topic.name)],
+            parameters=topic.parameters(),
+            concurrency_limit=1,  # runs of one topic never overlap
+            schedules=[Cron(topic.cron, timezone=topic.timezone)],
         )
-        for deployment in declared_deployments(path)
+        for topic in topics
     ]
+
+
+def refuse_work_pool_deployments(topics: list[Topic]) -> None:
+    """InputError naming the first topic a work pool already serves."""
+    with get_client(sync_client=True) as client:
+        for topic in topics:
+            try:
+                deployment = client.read_deployment_by_name(f"{FLOW_NAME}/{topic.name}")
+            except ObjectNotFound:
+                continue
+            if deployment.work_pool_name:
+                raise InputError(
+                    f"topic {topic.name}",
+                    f"is deployed to work pool {deployment.work_pool_name}, whose worker runs it; serving it "
+                    f"too would run it twice. Keep the worker, or delete the deployment first (prefect "
+                    f"deployment delete {FLOW_NAME}/{topic.name})",
+                    "nothing is served",
+                )
 
 
 def main() -> None:
-    serve(*runner_deployments())
+    try:
+        topics = load_topics(Path.cwd() / "deployments" / "topics.yaml")
+        if not topics:
+            raise InputError("deployments/topics.yaml", "holds no topics; add one with `citeflow topics add`")
+        refuse_work_pool_deployments(topics)
+    except CiteflowError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    serve(*runner_deployments(topics))
 
 
 if __name__ == "__main__":

@@ -66,7 +66,12 @@ def cancel_runs_of_this_process(db: Path, why: str) -> list[str]:
 
 @contextmanager
 def owned_run(
-    store: EvidenceStore, run_id: str, question: str, settings: Settings, engine: str
+    store: EvidenceStore,
+    run_id: str,
+    question: str,
+    settings: Settings,
+    engine: str,
+    topic: str | None = None,
 ) -> Iterator[None]:
     """Record the run as running, and give it a final status however the block ends. The finish stage
     sets the status of a run that reaches it; a row already final is never overwritten."""
@@ -79,6 +84,7 @@ def owned_run(
         settings.stored_json(),
         settings.digest(),
         this_process(),
+        topic,
     )
     try:
         yield

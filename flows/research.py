@@ -38,8 +38,10 @@ from citeflow.contracts import (
     Trace,
 )
 from flows.lifecycle import owned_run
+from flows.notifications import notify as tell
 from storage.store import EvidenceStore, get_store
 from tasks.caching import fresh
+from tasks.changes import Changes, changes_since_last_run
 from tasks.context import RunContext, open_run_context
 from tasks.finish import finish_task, slug
 from tasks.planner import plan_task
@@ -123,7 +125,8 @@ def settled(
     return results
 
 
-def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> Report:
+def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Report, Changes | None]:
+    """The stages in order; the report, and for a recurring topic what changed since its last run."""
     started = time.perf_counter()
     logger = get_run_logger()
     store, run_id, caps = run.store, run.run_id, run.settings.caps
@@ -201,6 +204,7 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> Report:
             )
     update_progress_artifact(progress, 90.0)
 
+    changes = changes_since_last_run(store, run.topic, run_id, claims) if run.topic else None
     report = finish_task(
         subquestions,
         review,
@@ -210,10 +214,11 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> Report:
         pages_verified,
         run_metrics(store, run_id, clock, started),
         artifact_key,
+        changes,
     )
     update_progress_artifact(progress, 100.0)
     logger.info("finish: %s report at %s", report.status.value, report.report_path)
-    return report
+    return report, changes
 
 
 def final_state(report: Report) -> Report | State:
@@ -227,25 +232,53 @@ def final_state(report: Report) -> Report | State:
     return report
 
 
-@flow(name="citeflow-research", task_runner=ThreadPoolTaskRunner(max_workers=4))
+def run_name() -> str:
+    """A flow run's name in the Prefect UI: its topic (or its question) and the day it ran."""
+    parameters = flow_run.parameters
+    label = parameters.get("topic") or slug(str(parameters.get("question", "")), 40)
+    return f"{label}-{datetime.now(UTC):%Y-%m-%d}"
+
+
+@flow(name="citeflow-research", flow_run_name=run_name, task_runner=ThreadPoolTaskRunner(max_workers=4))
 def research_flow(
     question: str,
     settings: dict[str, Any] | None = None,
     config: str | None = None,
     refresh: bool = False,
+    topic: str | None = None,
+    notify: str | None = None,
 ) -> Report | State:
     """Answer `question` with a report whose every sentence cites a verified quote.
 
     `settings` overrides the settings tree by dotted name, e.g. {"search": "wikipedia,local",
     "caps.token_budget": 50000, "defaults.model": "qwen3:8b"}, over the environment and `config` (a
     citeflow.toml; ./citeflow.toml when it exists). `refresh` recomputes every stage instead of reusing
-    cached results. With no model endpoint configured the extractive engine plays every role."""
-    loaded = load_settings(settings, Path(config) if config else None)
+    cached results. A recurring `topic` keys the artifacts (report-TOPIC, changes-TOPIC, ...) and gets a
+    "What changed" section; `notify` names a Prefect notification block (TYPE/NAME) told of a topic's run
+    that finds changes or fails. With no model endpoint configured the extractive engine plays every role."""
+    loaded = load_settings(settings, Path(config) if config else None, flags_source="flow parameter settings")
     question = Question(text=question).text
     run_id = str(flow_run.id)
     store = get_store(loaded.settings.db)
     with (
-        open_run_context(run_id, question, loaded.settings, store) as run,
-        owned_run(store, run_id, question, loaded.settings, run.engine.name),
+        open_run_context(run_id, question, loaded.settings, store, topic) as run,
+        owned_run(store, run_id, question, loaded.settings, run.engine.name, topic),
     ):
-        return final_state(run_stages(run, slug(question), refresh))
+        try:
+            report, changes = run_stages(run, topic or slug(question), refresh)
+        except Exception as error:
+            if topic and notify:
+                tell(notify, topic, "the run failed", f"{type(error).__name__}: {error}")
+            raise
+        if (
+            topic
+            and notify
+            and (report.status is RunStatus.failed or (changes is not None and changes.found))
+        ):
+            tell(
+                notify,
+                topic,
+                "no report" if report.status is RunStatus.failed else "changes found",
+                report.markdown,
+            )
+        return final_state(report)

@@ -150,7 +150,12 @@ def m002_run_owner(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_run_owner]
+def m003_run_topic(con: duckdb.DuckDBPyConnection) -> None:
+    """The recurring topic a run researched, so a run can be compared with the topic's previous one."""
+    con.execute("ALTER TABLE runs ADD COLUMN topic VARCHAR")
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_run_owner, m003_run_topic]
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:

@@ -460,13 +460,15 @@ class EvidenceStore:
         settings_json: str,
         settings_hash: str = "",
         owner: ProcessId | None = None,
+        topic: str | None = None,
     ) -> None:
-        """Record a run as running, with the settings it runs with and the process that runs it."""
+        """Record a run as running, with the settings it runs with, the process that runs it and the
+        recurring topic it researches, if any."""
         process = [owner.pid, owner.host, owner.started] if owner else [None, None, None]
         with self.cursor() as cur:
             cur.execute(
                 "INSERT INTO runs (run_id, question, status, engine, search, settings, settings_hash, "
-                "started_at, pid, host, process_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "started_at, pid, host, process_started, topic) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     run_id,
                     question,
@@ -477,8 +479,34 @@ class EvidenceStore:
                     settings_hash,
                     utc_now(),
                     *process,
+                    topic,
                 ],
             )
+
+    def topic_runs(self, topic: str) -> list[RunSummary]:
+        """The topic's runs, newest first."""
+        with self.cursor() as cur:
+            rows = cur.execute(
+                "SELECT run_id, question, status, started_at, wall_seconds FROM runs WHERE topic = ? "
+                "ORDER BY started_at DESC",
+                [topic],
+            ).fetchall()
+        return [
+            RunSummary(run_id=r[0], question=r[1], status=r[2], started_at=_as_utc(r[3]), wall_seconds=r[4])
+            for r in rows
+        ]
+
+    def cited_pages(self, run_id: str) -> list[Page]:
+        """The page versions a run's report cites (those with a source id), in source order."""
+        with self.cursor() as cur:
+            rows = cur.execute(
+                f"SELECT DISTINCT {', '.join('p.' + c for c in PAGE_FIELDS)}, rs.source_id "
+                "FROM run_sources rs JOIN pages p ON p.id = rs.page_id "
+                "WHERE rs.run_id = ? AND rs.source_id IS NOT NULL",
+                [run_id],
+            ).fetchall()
+        ordered = sorted(rows, key=lambda row: _natural_key(row[-1]))
+        return [_page_from_row(row[:-1]) for row in ordered]
 
     def end_run(self, run_id: str, status: RunStatus, why: str) -> bool:
         """End a run that is still `running` with no report (failed, cancelled, crashed), saying why.

@@ -30,6 +30,7 @@ class RunContext:
     store: EvidenceStore
     web: WebResearch
     models: ModelEngine
+    topic: str | None  # the recurring topic this run researches, if any
 
     @property
     def engine(self) -> Engine:
@@ -49,7 +50,7 @@ def current_run() -> RunContext:
 
 @contextmanager
 def open_run_context(
-    run_id: str, question: str, settings: Settings, store: EvidenceStore
+    run_id: str, question: str, settings: Settings, store: EvidenceStore, topic: str | None = None
 ) -> Iterator[RunContext]:
     """Build the run's clients from its settings, make them current, and close them when the run ends."""
     caps = settings.caps
@@ -61,7 +62,7 @@ def open_run_context(
         fallback=extractive_engine(caps.subquestions_min),
     )
     web = open_research(run_id, settings.search, settings.web, store.latest_page, LocalSearch(store))
-    context = RunContext(run_id, question, settings, store, web, models)
+    context = RunContext(run_id, question, settings, store, web, models, topic)
     token = _current.set(context)
     try:
         yield context

@@ -23,6 +23,7 @@ from citeflow.contracts import (
 )
 from storage.store import EvidenceStore
 from tasks.audit import audit
+from tasks.changes import Changes, changes_markdown, changes_table
 from tasks.context import current_run
 from tasks.writer import Review
 
@@ -76,7 +77,10 @@ def render_markdown(
     review: Review | None,
     sources: list[Source],
     caveats: list[str],
+    changes: list[str] | None = None,
 ) -> str:
+    """The report: the answer by section, then (for a recurring topic) what changed since its last run,
+    the caveats, and the sources cited."""
     lines = [f"# {question}", ""]
     how = (
         "extractively, from verified quotes (no language model)"
@@ -98,6 +102,7 @@ def render_markdown(
                 for sentence in section
             ]
             lines.append("")
+    lines += changes or []
     if caveats:
         lines += ["## Caveats", ""] + [f"- {caveat}" for caveat in caveats] + [""]
     cited = {cite for sentence in (review.kept if review else []) for cite in sentence.cites}
@@ -150,9 +155,11 @@ def finish(
     metrics: RunMetrics,
     reports_dir: Path,
     budget_caveats: list[str],
+    changes: Changes | None = None,
 ) -> Report:
     """Assemble the report, audit it against the store, then store it and write its file. `claims` are
-    the verified claims of the run; `budget_caveats` say what the model budget stopped, if anything.
+    the verified claims of the run; `budget_caveats` say what the model budget stopped, if anything;
+    `changes`, for a recurring topic, what changed since its last run.
 
     The audit runs before the run is stored as complete: a report that fails it (a bug in a stage, never
     expected) is stored as failed, with the problems in the run's errors. A failed run writes no file."""
@@ -184,7 +191,10 @@ def finish(
             store.add_error(RunError(run_id=run_id, stage="audit", detail=problem))
         caveats = [*caveats, f"The report failed its integrity audit and was withheld: {problems[0]}"]
         report = report.model_copy(update={"status": RunStatus.failed, "caveats": caveats})
-    markdown = render_markdown(question, engine_name, report.status, subquestions, review, sources, caveats)
+    section = changes_markdown(changes) if changes is not None else None
+    markdown = render_markdown(
+        question, engine_name, report.status, subquestions, review, sources, caveats, section
+    )
     report = report.model_copy(update={"markdown": markdown})
     if report.status is not RunStatus.failed:
         try:
@@ -201,8 +211,9 @@ def finish(
     return report
 
 
-def publish_artifacts(report: Report, key: str) -> None:
-    """The report, its sources and its metrics as Prefect artifacts; a repeated key keeps a history."""
+def publish_artifacts(report: Report, key: str, changes: Changes | None) -> None:
+    """The report, its sources, its metrics and (for a topic) its changes as Prefect artifacts; a repeated
+    key keeps a history, so `report-NAME` is a topic's latest report."""
     create_markdown_artifact(markdown=report.markdown, key=f"report-{key}", description=report.question)
     create_table_artifact(
         table=[
@@ -217,6 +228,12 @@ def publish_artifacts(report: Report, key: str) -> None:
         key=f"metrics-{key}",
         description=f"Per-stage metrics of run {report.run_id}",
     )
+    if changes is not None:
+        create_table_artifact(
+            table=changes_table(changes),
+            key=f"changes-{key}",
+            description=f"What changed since the topic's last run, run {report.run_id}",
+        )
 
 
 @task(name="finish", cache_policy=NO_CACHE)
@@ -229,6 +246,7 @@ def finish_task(
     pages_verified: int,
     metrics: RunMetrics,
     artifact_key: str,
+    changes: Changes | None,
 ) -> Report:
     run = current_run()
     report = finish(
@@ -245,6 +263,7 @@ def finish_task(
         metrics,
         Path(run.settings.reports),
         run.models.budget.caveats(),
+        changes,
     )
-    publish_artifacts(report, artifact_key)
+    publish_artifacts(report, artifact_key, changes)
     return report

@@ -1,0 +1,214 @@
+"""Recurring topics: the topics file, prefect.yaml generated from it, the commands that change them (bad input
+changes nothing), a deployment per topic, and what a topic's run says changed since its last one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO
+from typer.testing import CliRunner
+
+from citeflow.contracts import Report
+from cli.main import app
+from deployments.serve import runner_deployments
+from deployments.topics import generated_prefect_yaml, load_topics
+from storage.ingest import ingest_paths
+from storage.store import get_store
+
+runner = CliRunner()
+QUESTION = "Who founded Acme Corp and what does it make?"
+PAGES = [
+    {"url": "https://example.org/acme", "title": "Acme Corp history",
+     "text": "Acme Corp was founded by Jane Doe in 1947 in Ohio. Acme Corp makes anvils and rockets."},
+    {"url": "https://example.org/acme-works", "title": "Acme Corp works",
+     "text": "Acme Corp makes its anvils in Dayton. Its rockets are made in Tucson by Acme Corp engineers."},
+]  # fmt: skip
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder laid out as the repository is where topics are concerned, as the working folder."""
+    (tmp_path / "deployments").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def add(*args: str) -> Any:
+    return runner.invoke(app, ["topics", "add", *args])
+
+
+def test_the_repository_prefect_yaml_is_generated_from_its_topics() -> None:
+    topics = load_topics(REPO / "deployments" / "topics.yaml")
+    assert topics, "the repository ships example topics"
+    assert (REPO / "prefect.yaml").read_text(encoding="utf-8") == generated_prefect_yaml(topics)
+
+
+def test_add_list_remove_keep_both_files_in_step(project: Path) -> None:
+    result = add("acme", "--question", QUESTION, "--cron", "0 6 * * 1", "--timezone", "Europe/Paris",
+                 "--search", "wikipedia, local", "--budget", "50000")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "added acme: next run" in result.stdout and "CET" in result.stdout or "CEST" in result.stdout
+    [topic] = load_topics(project / "deployments" / "topics.yaml")
+    assert (topic.search, topic.budget, topic.timezone) == ("wikipedia,local", 50000, "Europe/Paris")
+    assert (project / "prefect.yaml").read_text(encoding="utf-8") == generated_prefect_yaml([topic])
+
+    listed = runner.invoke(app, ["topics", "list", "--db", str(project / "store.duckdb")])
+    assert listed.exit_code == 0 and listed.stdout.startswith(
+        "acme  0 6 * * 1 (Europe/Paris)  last: never run"
+    )
+
+    assert runner.invoke(app, ["topics", "remove", "acme"]).exit_code == 0
+    assert load_topics(project / "deployments" / "topics.yaml") == []
+    assert "deployments: []" in (project / "prefect.yaml").read_text(encoding="utf-8")
+
+
+DAILY = ["--question", QUESTION, "--cron", "0 6 * * *"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["acme", "--question", "Other?", "--cron", "0 7 * * *"], "topic acme: already exists"),
+        (["Bad_Name", *DAILY], "name: 'Bad_Name' is not a slug"),
+        (["other", "--question", QUESTION, "--cron", "0 25 * * *"], "schedule: '0 25 * * *' in zone UTC"),
+        (["other", *DAILY, "--timezone", "Mars/Olympus"], "Invalid timezone"),
+        (["other", *DAILY, "--search", "local,bing"], "unknown search provider 'bing'"),
+        (["other", "--question", "  ", "--cron", "0 6 * * *"], "question: the question is empty"),
+        (["other", *DAILY, "--notify", "no-slash"], "is not a notification block"),
+    ],
+)
+def test_bad_input_is_one_line_and_changes_neither_file(project: Path, args: list[str], message: str) -> None:
+    assert add("acme", "--question", QUESTION, "--cron", "0 6 * * 1").exit_code == 0
+    before = [(project / name).read_bytes() for name in ("deployments/topics.yaml", "prefect.yaml")]
+
+    result = add(*args)
+
+    assert result.exit_code == 1
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert [(project / name).read_bytes() for name in ("deployments/topics.yaml", "prefect.yaml")] == before
+
+
+def test_each_topic_is_a_deployment_named_after_it_that_needs_no_parameters(project: Path) -> None:
+    assert (
+        add(
+            "acme", "--question", QUESTION, "--cron", "0 6 * * 1", "--notify", "custom-webhook/team"
+        ).exit_code
+        == 0
+    )
+    assert add("tea", "--question", "Which tea is green?", "--cron", "0 7 * * *").exit_code == 0
+
+    deployments = runner_deployments(load_topics(project / "deployments" / "topics.yaml"))
+
+    assert [d.name for d in deployments] == ["acme", "tea"]
+    acme = deployments[0]
+    expected = {"question": QUESTION, "topic": "acme", "settings": {"search": "local"}}
+    assert acme.parameters == {**expected, "notify": "custom-webhook/team"}
+    assert acme.tags == ["citeflow", "topic:acme"] and acme.concurrency_limit == 1
+    assert [schedule.schedule.cron for schedule in acme.schedules or []] == ["0 6 * * 1"]  # type: ignore[union-attr]
+
+
+class Receiver:
+    """A webhook receiver on 127.0.0.1 that keeps every JSON body posted to it."""
+
+    def __init__(self) -> None:
+        received: list[dict[str, Any]] = []
+        self.received = received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    running = Receiver()
+    yield running
+    running.server.shutdown()
+
+
+def ingest(db: Path, pages: list[dict[str, str]]) -> None:
+    corpus = db.parent / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(page) + "\n" for page in pages), encoding="utf-8")
+    ingest_paths(get_store(db), [corpus])
+
+
+async def artifacts(key: str) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async with get_client() as client:
+        return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+
+
+def test_a_topic_run_says_what_changed_since_its_last_and_tells_the_block(
+    prefect_api: None, tmp_path: Path, receiver: Receiver
+) -> None:
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+
+    from flows.research import research_flow
+
+    CustomWebhookNotificationBlock(
+        name="acme-team", url=receiver.url, json_data={"subject": "{{subject}}", "body": "{{body}}"},
+        allow_private_urls=True,
+    ).save("acme-team", overwrite=True)  # fmt: skip
+    db = tmp_path / "acme.duckdb"
+    ingest(db, PAGES)
+    settings = {"db": str(db), "reports": str(tmp_path / "reports")}
+
+    def run() -> Report:
+        report = research_flow(
+            question=QUESTION, topic="acme", settings=settings, notify="custom-webhook/acme-team"
+        )
+        assert isinstance(report, Report)
+        return report
+
+    first = run()
+    edited = PAGES[0]["text"].replace("founded by Jane Doe", "founded by Jane Doe and John Roe")
+    ingest(db, [{**PAGES[0], "text": edited}, PAGES[1]])
+    second = run()
+
+    assert "## What changed: first run" in first.markdown
+    section = second.markdown.split("## What changed since the last run (", 1)[1].split("\n## ", 1)[0]
+    assert f"run {first.run_id[:8]})" in section
+    assert "- Changed source (its page differs): Acme Corp history (https://example.org/acme)" in section
+    assert "John Roe" in section  # a new claim, quoted from the changed page
+    assert "Jane Doe in 1947" in section.split("no longer supported", 1)[1]  # the old wording of that claim
+    [changes] = [
+        a
+        for a in asyncio.run(artifacts("changes-acme"))
+        if a.flow_run_id and str(a.flow_run_id) == second.run_id
+    ]
+    rows = json.loads(changes.data) if isinstance(changes.data, str) else changes.data
+    assert {
+        "change": "changed source",
+        "what": "https://example.org/acme",
+        "detail": "Acme Corp history",
+    } in rows
+    reports = asyncio.run(artifacts("report-acme"))
+    assert {r.data for r in reports} == {first.markdown, second.markdown}
+    # Only the run that found changes was told of, with the report's first lines and where to read it.
+    [message] = receiver.received
+    assert message["subject"] == "citeflow topic acme: changes found"
+    assert message["body"].startswith(f"# {QUESTION}") and "Open the run: " in message["body"]
+
+    diff = runner.invoke(app, ["topics", "diff", "acme", "--db", str(db)])
+    assert diff.exit_code == 0 and "- Changed source (its page differs): Acme Corp history" in diff.stdout
