@@ -1,0 +1,136 @@
+"""The whole loop of a recurring topic, as the README shows it: `citeflow server start`, add a topic,
+deploy it to a process work pool, run it now through its deployment with a worker, edit one page of the
+corpus, run it again, and read the two flow runs, their artifacts and the "What changed" section through
+Prefect's API."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import REPO
+
+from cli.server import free_port
+
+pytestmark = pytest.mark.server
+BIN = Path(sys.executable).parent
+QUESTION = "Who founded Acme Corp and what does it make?"
+PAGES = [
+    {"url": "https://example.org/acme", "title": "Acme Corp history",
+     "text": "Acme Corp was founded by Jane Doe in 1947 in Ohio. Acme Corp makes anvils and rockets."},
+    {"url": "https://example.org/acme-works", "title": "Acme Corp works",
+     "text": "Acme Corp makes its anvils in Dayton. Its rockets are made in Tucson by Acme Corp engineers."},
+]  # fmt: skip
+
+
+def command(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([*args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{args}: {done.stdout[-2000:]} {done.stderr[-3000:]}"
+    return done
+
+
+def ingest(project: Path, pages: list[dict[str, str]], env: dict[str, str]) -> None:
+    corpus = project / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(page) + "\n" for page in pages), encoding="utf-8")
+    command(str(BIN / "citeflow"), "ingest", str(corpus), cwd=project, env=env)
+
+
+def api(url: str, path: str, body: dict) -> list[dict]:
+    response = httpx.post(f"{url}{path}", json=body, timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def finished_runs(url: str, deployment_id: str, count: int) -> list[dict]:
+    """The deployment's flow runs once `count` of them are in a final state (oldest first)."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        runs = api(
+            url,
+            "/flow_runs/filter",
+            {"deployments": {"id": {"any_": [deployment_id]}}, "sort": "START_TIME_ASC"},
+        )
+        final = [
+            run for run in runs if run["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+        ]
+        if len(final) >= count:
+            return final
+        time.sleep(1)
+    pytest.fail(f"the worker did not finish {count} run(s): {[r['state']['type'] for r in runs]}")
+
+
+def test_a_topic_runs_through_its_deployment_and_its_second_run_says_what_changed(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "deployments").mkdir(parents=True)
+    (project / "flows").symlink_to(REPO / "flows")  # the entrypoint prefect.yaml names
+    env = {name: value for name, value in os.environ.items() if name != "PREFECT_API_URL"}
+    port = free_port()
+    citeflow = str(BIN / "citeflow")
+    ingest(project, PAGES, env)
+    command(citeflow, "server", "start", "--port", str(port), cwd=project, env=env)
+    url = f"http://127.0.0.1:{port}/api"
+    env = {**env, "PREFECT_API_URL": url, "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    worker = None
+    try:
+        command(
+            citeflow,
+            "topics",
+            "add",
+            "acme",
+            "--question",
+            QUESTION,
+            "--cron",
+            "0 6 * * 1",
+            cwd=project,
+            env=env,
+        )
+        command(
+            str(BIN / "prefect"), "work-pool", "create", "citeflow", "--type", "process", cwd=project, env=env
+        )
+        command(str(BIN / "prefect"), "--no-prompt", "deploy", "--all", cwd=project, env=env)
+        [deployment] = api(url, "/deployments/filter", {"deployments": {"name": {"any_": ["acme"]}}})
+        assert deployment["parameters"]["topic"] == "acme" and deployment["work_pool_name"] == "citeflow"
+        worker = subprocess.Popen(
+            [str(BIN / "prefect"), "worker", "start", "--pool", "citeflow"],
+            cwd=project,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # the worker and the flow runs it starts are stopped together
+        )
+
+        queued = command(citeflow, "topics", "run", "acme", cwd=project, env=env)
+        assert "queued run" in queued.stdout
+        finished_runs(url, deployment["id"], 1)
+        edited = PAGES[0]["text"].replace("founded by Jane Doe", "founded by Jane Doe and John Roe")
+        ingest(project, [{**PAGES[0], "text": edited}, PAGES[1]], env)
+        command(str(BIN / "prefect"), "deployment", "run", "citeflow-research/acme", cwd=project, env=env)
+        runs = finished_runs(url, deployment["id"], 2)
+        first_id, second_id = runs[0]["id"], runs[1]["id"]
+        found = api(url, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [second_id]}}})
+    finally:
+        if worker is not None:
+            os.killpg(worker.pid, 15)
+            worker.wait(timeout=30)
+        command(citeflow, "server", "stop", cwd=project, env=env)
+
+    assert [run["state"]["type"] for run in runs] == ["COMPLETED", "COMPLETED"], runs
+    assert all(run["name"].startswith("acme-") and "topic:acme" in run["tags"] for run in runs)
+    artifacts = {artifact["key"]: artifact for artifact in found}
+    assert {"report-acme", "changes-acme", "metrics-acme", "progress-acme"} <= set(artifacts)
+    report = artifacts["report-acme"]["data"]
+    assert "## What changed since the last run" in report and f"run {first_id[:8]})" in report
+    assert "Changed source (its page differs): Acme Corp history" in report
+    rows = artifacts["changes-acme"]["data"]
+    rows = json.loads(rows) if isinstance(rows, str) else rows
+    assert {
+        "change": "changed source",
+        "what": "https://example.org/acme",
+        "detail": "Acme Corp history",
+    } in rows
