@@ -1,12 +1,14 @@
 """The whole loop of a recurring topic, as the README shows it: `citeflow server start`, add a topic,
 deploy it to a process work pool, run it now through its deployment with a worker, edit one page of the
 corpus, run it again, and read the two flow runs, their artifacts and the "What changed" section through
-Prefect's API."""
+Prefect's API. Then the other way to run topics, `python -m deployments.serve` with no work pool: refused
+while a work pool owns the topic, and running it once the work-pool deployment is gone."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -65,6 +67,16 @@ def finished_runs(url: str, deployment_id: str, count: int) -> list[dict]:
     pytest.fail(f"the worker did not finish {count} run(s): {[r['state']['type'] for r in runs]}")
 
 
+def wait_for_deployment(url: str, name: str) -> dict:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        found = api(url, "/deployments/filter", {"deployments": {"name": {"any_": [name]}}})
+        if found:
+            return found[0]
+        time.sleep(1)
+    pytest.fail(f"deployment {name} was never served")
+
+
 def test_a_topic_runs_through_its_deployment_and_its_second_run_says_what_changed(tmp_path: Path) -> None:
     project = tmp_path / "project"
     (project / "deployments").mkdir(parents=True)
@@ -76,7 +88,8 @@ def test_a_topic_runs_through_its_deployment_and_its_second_run_says_what_change
     command(citeflow, "server", "start", "--port", str(port), cwd=project, env=env)
     url = f"http://127.0.0.1:{port}/api"
     env = {**env, "PREFECT_API_URL": url, "PREFECT_WORKER_QUERY_SECONDS": "1"}
-    worker = None
+    worker = server_process = None
+    serve = [sys.executable, "-m", "deployments.serve"]
     try:
         command(
             citeflow,
@@ -114,11 +127,28 @@ def test_a_topic_runs_through_its_deployment_and_its_second_run_says_what_change
         runs = finished_runs(url, deployment["id"], 2)
         first_id, second_id = runs[0]["id"], runs[1]["id"]
         found = api(url, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [second_id]}}})
+
+        # Serving the same topic with no work pool would run it twice: refused, saying how to switch.
+        refused = subprocess.run(serve, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=30)
+        worker = None
+        command(str(BIN / "prefect"), "deployment", "delete", "citeflow-research/acme", cwd=project, env=env)
+        server_process = subprocess.Popen(serve, cwd=project, env=env, start_new_session=True,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        served = wait_for_deployment(url, "acme")
+        command(str(BIN / "prefect"), "deployment", "run", "citeflow-research/acme", cwd=project, env=env)
+        [by_serve] = finished_runs(url, served["id"], 1)
     finally:
-        if worker is not None:
-            os.killpg(worker.pid, 15)
-            worker.wait(timeout=30)
+        for process in (worker, server_process):
+            if process is not None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=30)
         command(citeflow, "server", "stop", cwd=project, env=env)
+
+    assert refused.returncode == 1 and "topic acme: is deployed to work pool citeflow" in refused.stderr
+    assert served["work_pool_name"] is None and served["parameters"]["topic"] == "acme"
+    assert by_serve["state"]["type"] == "COMPLETED"
 
     assert [run["state"]["type"] for run in runs] == ["COMPLETED", "COMPLETED"], runs
     assert all(run["name"].startswith("acme-") and "topic:acme" in run["tags"] for run in runs)
