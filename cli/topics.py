@@ -107,7 +107,7 @@ def list_topics(db: DbOption = None) -> None:
         store = get_store(store_path(db))
         now = datetime.now(UTC)
         for topic in topics:
-            runs = store.topic_runs(topic.name)
+            runs = store.recent_runs(limit=1, topic=topic.name)
             last = f"{runs[0].status.value} {runs[0].started_at:%Y-%m-%d %H:%M} UTC" if runs else "never run"
             line = (
                 f"{topic.name}  {topic.cron} ({topic.timezone})  last: {last}  "

@@ -483,19 +483,6 @@ class EvidenceStore:
                 ],
             )
 
-    def topic_runs(self, topic: str) -> list[RunSummary]:
-        """The topic's runs, newest first."""
-        with self.cursor() as cur:
-            rows = cur.execute(
-                "SELECT run_id, question, status, started_at, wall_seconds FROM runs WHERE topic = ? "
-                "ORDER BY started_at DESC",
-                [topic],
-            ).fetchall()
-        return [
-            RunSummary(run_id=r[0], question=r[1], status=r[2], started_at=_as_utc(r[3]), wall_seconds=r[4])
-            for r in rows
-        ]
-
     def cited_pages(self, run_id: str) -> list[Page]:
         """The page versions a run's report cites (those with a source id), in source order."""
         with self.cursor() as cur:
@@ -532,12 +519,13 @@ class EvidenceStore:
             for run_id, pid, host, started in rows
         }
 
-    def recent_runs(self, limit: int) -> list[RunSummary]:
+    def recent_runs(self, limit: int | None = None, topic: str | None = None) -> list[RunSummary]:
+        """Runs newest first: all of them, or the last `limit`; only a recurring topic's when given."""
         with self.cursor() as cur:
             rows = cur.execute(
                 "SELECT run_id, question, status, started_at, wall_seconds FROM runs "
-                "ORDER BY started_at DESC LIMIT ?",
-                [limit],
+                "WHERE $topic IS NULL OR topic = $topic ORDER BY started_at DESC LIMIT $limit",
+                {"topic": topic, "limit": limit},
             ).fetchall()
         return [
             RunSummary(run_id=r[0], question=r[1], status=r[2], started_at=_as_utc(r[3]), wall_seconds=r[4])

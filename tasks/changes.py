@@ -76,7 +76,7 @@ def compare_claims(previous: list[Claim], current: list[Claim]) -> tuple[list[st
 
 def _successful(store: EvidenceStore, topic: str) -> list[RunSummary]:
     """The topic's runs that ended with a report (complete or partial), newest first."""
-    return [run for run in store.topic_runs(topic) if run.status in (RunStatus.complete, RunStatus.partial)]
+    return [run for run in store.recent_runs(topic=topic) if run.status in (RunStatus.complete, RunStatus.partial)]
 
 
 def compared(

@@ -17,18 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import REPO
+from role_server import PAGES, QUESTION
 
 from cli.server import free_port
 
 pytestmark = pytest.mark.server
 BIN = Path(sys.executable).parent
-QUESTION = "Who founded Acme Corp and what does it make?"
-PAGES = [
-    {"url": "https://example.org/acme", "title": "Acme Corp history",
-     "text": "Acme Corp was founded by Jane Doe in 1947 in Ohio. Acme Corp makes anvils and rockets."},
-    {"url": "https://example.org/acme-works", "title": "Acme Corp works",
-     "text": "Acme Corp makes its anvils in Dayton. Its rockets are made in Tucson by Acme Corp engineers."},
-]  # fmt: skip
 
 
 def command(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -161,6 +155,6 @@ def test_a_topic_runs_through_its_deployment_and_its_second_run_says_what_change
     rows = json.loads(rows) if isinstance(rows, str) else rows
     assert {
         "change": "changed source",
-        "what": "https://example.org/acme",
+        "what": "https://example.org/acme-history",
         "detail": "Acme Corp history",
     } in rows

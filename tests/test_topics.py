@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO
+from role_server import PAGES, QUESTION
 from typer.testing import CliRunner
 
 from citeflow.contracts import Report
@@ -23,13 +24,6 @@ from storage.ingest import ingest_paths
 from storage.store import get_store
 
 runner = CliRunner()
-QUESTION = "Who founded Acme Corp and what does it make?"
-PAGES = [
-    {"url": "https://example.org/acme", "title": "Acme Corp history",
-     "text": "Acme Corp was founded by Jane Doe in 1947 in Ohio. Acme Corp makes anvils and rockets."},
-    {"url": "https://example.org/acme-works", "title": "Acme Corp works",
-     "text": "Acme Corp makes its anvils in Dayton. Its rockets are made in Tucson by Acme Corp engineers."},
-]  # fmt: skip
 
 
 @pytest.fixture
@@ -189,7 +183,9 @@ def test_a_topic_run_says_what_changed_since_its_last_and_tells_the_block(
     assert "## What changed: first run" in first.markdown
     section = second.markdown.split("## What changed since the last run (", 1)[1].split("\n## ", 1)[0]
     assert f"run {first.run_id[:8]})" in section
-    assert "- Changed source (its page differs): Acme Corp history (https://example.org/acme)" in section
+    assert (
+        "- Changed source (its page differs): Acme Corp history (https://example.org/acme-history)" in section
+    )
     assert "John Roe" in section  # a new claim, quoted from the changed page
     assert "Jane Doe in 1947" in section.split("no longer supported", 1)[1]  # the old wording of that claim
     [changes] = [
@@ -200,7 +196,7 @@ def test_a_topic_run_says_what_changed_since_its_last_and_tells_the_block(
     rows = json.loads(changes.data) if isinstance(changes.data, str) else changes.data
     assert {
         "change": "changed source",
-        "what": "https://example.org/acme",
+        "what": "https://example.org/acme-history",
         "detail": "Acme Corp history",
     } in rows
     reports = asyncio.run(artifacts("report-acme"))
