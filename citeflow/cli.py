@@ -7,6 +7,7 @@ prints. Progress goes to stderr, so `--json` output on stdout stays one parseabl
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import tomllib
 from pathlib import Path
@@ -31,6 +32,18 @@ app = typer.Typer(
 )
 err = Console(stderr=True)
 out = Console()
+
+
+class StoreWaitLine(logging.Handler):
+    """A wait for the store file held by another process, printed as one line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err.print(f"waiting: {record.getMessage()}", markup=False, highlight=False, soft_wrap=True)
+
+
+store_log = logging.getLogger("citeflow.store")
+store_log.addHandler(StoreWaitLine())
+store_log.propagate = False
 
 ConfigOption = Annotated[
     Path | None,
@@ -154,7 +167,7 @@ def run(
         from storage.store import get_store
 
         # A bad --db or --search fails here, before any run starts.
-        store = get_store(db_path(db))
+        store = get_store(db_path(db), Settings().store)
         providers = provider_chain(WebSettings.from_env(), search or Settings().search, local_available=True)
         if providers == ["local"] and store.page_count() == 0:
             raise InputError(
@@ -204,11 +217,12 @@ def ingest(
     db: DbOption = None,
 ) -> None:
     """Load documents into the evidence store for local search."""
+    from citeflow.config import Settings
     from storage.ingest import ingest_paths
     from storage.store import get_store
 
     try:
-        report = ingest_paths(get_store(db_path(db)), paths)
+        report = ingest_paths(get_store(db_path(db), Settings().store), paths)
     except CiteflowError as error:
         fail(error)
     out.print(

@@ -1,8 +1,8 @@
 """One settings object for a run: where things live, which search, and the caps.
 
 Caps live here, in code, and every stage enforces them; no prompt is trusted to.
-Environment variables CITEFLOW_DB, CITEFLOW_REPORTS, CITEFLOW_SEARCH and CITEFLOW_CAPS__<CAP> override the
-defaults, and command-line flags override those.
+Environment variables CITEFLOW_DB, CITEFLOW_REPORTS, CITEFLOW_SEARCH, CITEFLOW_CAPS__<CAP> and
+CITEFLOW_STORE__<FIELD> override the defaults, and command-line flags override those.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from storage.settings import StoreSettings
 
 
 class Caps(BaseModel):
@@ -43,3 +45,4 @@ class Settings(BaseSettings):
         "store; a recurring topic's schedule may choose its own, e.g. 'wikipedia,local'.",
     )
     caps: Caps = Field(default_factory=lambda: Caps())
+    store: StoreSettings = Field(default_factory=StoreSettings)

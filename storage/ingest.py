@@ -3,7 +3,7 @@
 Bad input loses nothing: every file is parsed first, and only then are all pages written in one
 transaction. A malformed record or a missing path stops the whole ingest before anything is written;
 a file with nothing to load (empty, unsupported, HTML with no extractable text) is skipped with a
-reason and the rest goes in.
+reason and the rest goes in. Nothing to load at all opens no store, so creates no file.
 """
 
 from __future__ import annotations
@@ -162,7 +162,8 @@ def ingest_paths(store: EvidenceStore, paths: list[Path], max_chars: int | None 
         report.records += len(parsed)
         pages.extend(parsed)
     if pages:
-        counts = store.put_pages(pages, max_chars=max_chars)
-        report.new, report.unchanged, report.changed = counts.new, counts.unchanged, counts.changed
-        refresh_index(store)
+        with store.session():  # one open of the file for the write and the index rebuild
+            counts = store.put_pages(pages, max_chars=max_chars)
+            report.new, report.unchanged, report.changed = counts.new, counts.unchanged, counts.changed
+            refresh_index(store)
     return report
