@@ -11,7 +11,7 @@ import logging
 import sys
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -22,6 +22,9 @@ from rich.table import Table
 from citeflow.contracts import Question, Report
 from citeflow.errors import CiteflowError, InputError
 from citeflow.prefect_env import apply_prefect_defaults
+
+if TYPE_CHECKING:
+    from storage.settings import StoreSettings
 
 apply_prefect_defaults()  # before anything imports Prefect, which reads its settings once
 
@@ -221,15 +224,29 @@ def ingest(
     from storage.ingest import ingest_paths
     from storage.store import get_store
 
+    settings = Settings()
     try:
-        report = ingest_paths(get_store(db_path(db), Settings().store), paths)
+        store = get_store(db_path(db), settings.store)
+        report = ingest_paths(store, paths, max_chars=settings.caps.page_text_max_chars)
     except CiteflowError as error:
         fail(error)
+    except MemoryError:
+        fail(
+            InputError(
+                "ingest", "ran out of memory while loading", "nothing was loaded; the store is unchanged"
+            )
+        )
     out.print(
         f"{report.records} records from {report.files} files: {report.new} new, {report.changed} changed, "
         f"{report.unchanged} unchanged",
         highlight=False,
     )
+    if report.cut:
+        err.print(
+            f"  {report.cut} records cut to {report.max_chars:,} characters "
+            "(the page-text cap, CITEFLOW_CAPS__PAGE_TEXT_MAX_CHARS)",
+            highlight=False,
+        )
     for skipped in report.skipped:
         err.print(f"  skipped {skipped}", highlight=False, soft_wrap=True)
 
@@ -239,14 +256,29 @@ def sql(
     statement: Annotated[str, typer.Argument(help="One read-only SQL statement, e.g. SELECT * FROM runs.")],
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON Lines.")] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Stop the query after SECONDS. Default: 60.", metavar="SECONDS"),
+    ] = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option("--memory-limit", help="Memory the query may use, e.g. 500MB or 4GB. Default: 1GB."),
+    ] = None,
 ) -> None:
     """Run one read-only query against the evidence store and print the rows."""
     from storage.store import read_only_query
 
     try:
-        columns, rows = read_only_query(db_path(db), statement)
+        settings = sql_settings(timeout, memory_limit)
+        columns, rows = read_only_query(db_path(db), statement, settings)
     except CiteflowError as error:
         fail(error)
+    except MemoryError:
+        fail(
+            InputError(
+                "SQL", "its rows did not fit in memory; select fewer (LIMIT)", "the store is unchanged"
+            )
+        )
     if as_json:
         for row in rows:
             sys.stdout.write(json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n")
@@ -256,6 +288,26 @@ def sql(
         table.add_row(*("" if value is None else str(value) for value in row))
     out.print(table)
     err.print(f"{len(rows)} rows")
+
+
+def sql_settings(timeout: float | None, memory_limit: str | None) -> StoreSettings:
+    """The store settings with --timeout and --memory-limit applied."""
+    from citeflow.config import Settings
+    from storage.settings import StoreSettings
+
+    flags = {"sql_timeout_seconds": timeout, "sql_memory_limit": memory_limit}
+    chosen = {name: value for name, value in flags.items() if value is not None}
+    try:
+        return StoreSettings.model_validate(Settings().store.model_dump() | chosen)
+    except ValidationError as error:
+        field = str(error.errors()[0]["loc"][0])
+        flag = {
+            "sql_timeout_seconds": f"--timeout {timeout}",
+            "sql_memory_limit": f"--memory-limit {memory_limit}",
+        }
+        raise InputError(
+            flag.get(field, field), "expected a number of seconds above 0, or a size such as 500MB or 4GB"
+        ) from None
 
 
 models_app = typer.Typer(help="Model endpoints for the roles.", no_args_is_help=True)
