@@ -18,10 +18,12 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from citeflow.contracts import Question, Report
 from citeflow.errors import CiteflowError, InputError
 from citeflow.prefect_env import apply_prefect_defaults
+from citeflow.sanitize import clean_line, for_terminal
 
 if TYPE_CHECKING:
     from storage.settings import StoreSettings
@@ -41,7 +43,9 @@ class StoreWaitLine(logging.Handler):
     """A wait for the store file held by another process, printed as one line on stderr."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        err.print(f"waiting: {record.getMessage()}", markup=False, highlight=False, soft_wrap=True)
+        err.print(
+            f"waiting: {clean_line(record.getMessage())}", markup=False, highlight=False, soft_wrap=True
+        )
 
 
 store_log = logging.getLogger("citeflow.store")
@@ -75,7 +79,10 @@ DbOption = Annotated[
 
 def fail(error: CiteflowError) -> None:
     # Escaped: messages name config sections such as "[models]", which rich would read as markup and drop.
-    err.print(f"[bold red]error:[/] {escape(str(error))}", markup=True, highlight=False, soft_wrap=True)
+    # One line, nothing a path or page put in it can move the cursor or colour the terminal.
+    err.print(
+        f"[bold red]error:[/] {escape(clean_line(str(error)))}", markup=True, highlight=False, soft_wrap=True
+    )
     raise typer.Exit(1)
 
 
@@ -196,7 +203,8 @@ def run(
     if isinstance(result, CiteflowError):
         fail(result)
     if not isinstance(result, Report):
-        err.print(f"[bold red]error:[/] the run crashed: {state.message or result}", soft_wrap=True)
+        crash = escape(clean_line(str(state.message or result)))
+        err.print(f"[bold red]error:[/] the run crashed: {crash}", soft_wrap=True)
         raise typer.Exit(1)
     if as_json:
         sys.stdout.write(json.dumps(report_json(result), ensure_ascii=False) + "\n")
@@ -205,7 +213,7 @@ def run(
             f"{result.status.value} report: {len(result.sentences)} sentences, {len(result.sources)} sources"
         )
         for caveat in result.caveats:
-            err.print(f"  caveat: {caveat}", highlight=False, soft_wrap=True)
+            err.print(f"  caveat: {clean_line(caveat)}", markup=False, highlight=False, soft_wrap=True)
         if result.report_path:
             out.print(result.report_path, highlight=False, soft_wrap=True)
     if result.report_path is None:
@@ -248,7 +256,7 @@ def ingest(
             highlight=False,
         )
     for skipped in report.skipped:
-        err.print(f"  skipped {skipped}", highlight=False, soft_wrap=True)
+        err.print(f"  skipped {clean_line(skipped)}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -283,9 +291,10 @@ def sql(
         for row in rows:
             sys.stdout.write(json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n")
         return
-    table = Table(*columns, show_lines=False)
+    # Text cells, not markup: a page title like "[red]" must print as written, and cleaned of controls.
+    table = Table(*(Text(for_terminal(column)) for column in columns), show_lines=False)
     for row in rows:
-        table.add_row(*("" if value is None else str(value) for value in row))
+        table.add_row(*(Text("" if value is None else for_terminal(str(value))) for value in row))
     out.print(table)
     err.print(f"{len(rows)} rows")
 

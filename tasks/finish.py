@@ -1,4 +1,8 @@
-"""Finish: the report in Markdown with its bibliography, and what failed or is missing, plainly."""
+"""Finish: the report in Markdown with its bibliography, and what failed or is missing, plainly.
+
+Every piece of text placed in the Markdown passes through `for_markdown`: a question, a page title or a
+quote may hold HTML, and a Markdown viewer would render it.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from citeflow.contracts import (
     Source,
     SubQuestion,
 )
+from citeflow.sanitize import for_markdown as md
 from storage.store import EvidenceStore
 from tasks.writer import Review
 
@@ -71,11 +76,11 @@ def render_markdown(
     sources: list[Source],
     caveats: list[str],
 ) -> str:
-    lines = [f"# {question}", ""]
+    lines = [f"# {md(question)}", ""]
     how = (
         "extractively, from verified quotes (no language model)"
         if engine_name == "extractive"
-        else (f"by {engine_name}, from verified quotes")
+        else (f"by {md(engine_name)}, from verified quotes")
     )
     lines += [f"*Written {how}. Status: **{status.value}**.*", ""]
     if review is None or not review.kept:
@@ -85,21 +90,22 @@ def render_markdown(
             section = [sentence for sentence in review.kept if sentence.section == sub.id]
             if not section:
                 continue
-            lines += [f"## {sub.text}", ""]
+            lines += [f"## {md(sub.text)}", ""]
             # Quotes keep the page's line breaks; the report shows each claim as one line.
             lines += [
-                f"- {' '.join(sentence.text.split())} {''.join(f'[{cite}]' for cite in sentence.cites)}"
+                f"- {md(' '.join(sentence.text.split()))} {''.join(f'[{cite}]' for cite in sentence.cites)}"
                 for sentence in section
             ]
             lines.append("")
     if caveats:
-        lines += ["## Caveats", ""] + [f"- {caveat}" for caveat in caveats] + [""]
+        lines += ["## Caveats", ""] + [f"- {md(caveat)}" for caveat in caveats] + [""]
     cited = {cite for sentence in (review.kept if review else []) for cite in sentence.cites}
     listed = [source for source in sources if source.id in cited]
     if listed:
         lines += ["## Sources", ""]
         lines += [
-            f"- [{source.id}] {source.title or source.url}. {source.url} (read {source.stored_at:%Y-%m-%d})"
+            f"- [{source.id}] {md(source.title or source.url)}. {md(source.url)} "
+            f"(read {source.stored_at:%Y-%m-%d})"
             for source in listed
         ]
         lines.append("")
