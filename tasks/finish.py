@@ -1,7 +1,8 @@
 """Finish: the report in Markdown with its bibliography, and what failed or is missing, plainly.
 
 Every piece of text placed in the Markdown passes through `for_markdown`: a question, a page title or a
-quote may hold HTML, and a Markdown viewer would render it.
+quote may hold HTML, and a Markdown viewer would render it. A failed run writes no report file; its
+runs row keeps the Markdown that says why.
 """
 
 from __future__ import annotations
@@ -166,7 +167,8 @@ def finish(
     store.add_report_sentences(sentences)
     path: str | None = None
     try:
-        path = str(write_report_file(reports_dir, run_id, question, markdown))
+        if status is not RunStatus.failed:  # a failed run's Markdown says why, in the store only
+            path = str(write_report_file(reports_dir, run_id, question, markdown))
     except OSError as error:  # a full disk or a read-only folder must not lose the run
         detail = (
             f"the report file could not be written in {reports_dir}: {error.strerror or error}; the report "
