@@ -62,7 +62,7 @@ def store_path(value: str | Path) -> Path:
         raise InputError(
             f"store {text}",
             "looks like a DuckDB URL or extension prefix, not a file path; give a local file path "
-            "(write ./NAME for a file whose name has a colon)",
+            "(for a file whose name has a colon, give its absolute path)",
             "nothing was opened",
         )
     return Path(text).expanduser().resolve()
@@ -283,13 +283,14 @@ class SharedFile:
                     # and the .duckdb file alone then holds everything committed.
                     con.execute("CHECKPOINT")
             except duckdb.Error as error:
+                # With an error already on its way up (a full disk, say), that one is reported; what
+                # was committed stays in the .wal either way, and DuckDB replays it at the next open.
                 if raising:
                     raise StoreError(
                         str(self.path),
                         f"could not be written: {duckdb_detail(error)}",
                         f"what was committed is kept in {self.path.name}.wal; keep that file beside it",
                     ) from error
-                log.warning("%s: checkpoint failed after an error: %s", self.path, duckdb_detail(error))
             finally:
                 con.close()
 
