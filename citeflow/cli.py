@@ -292,7 +292,9 @@ def sql(
             sys.stdout.write(json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n")
         return
     # Text cells, not markup: a page title like "[red]" must print as written, and cleaned of controls.
-    table = Table(*(Text(for_terminal(column)) for column in columns), show_lines=False)
+    table = Table(show_lines=False)
+    for column in columns:
+        table.add_column(Text(for_terminal(column)))
     for row in rows:
         table.add_row(*(Text("" if value is None else for_terminal(str(value))) for value in row))
     out.print(table)
@@ -309,14 +311,9 @@ def sql_settings(timeout: float | None, memory_limit: str | None) -> StoreSettin
     try:
         return StoreSettings.model_validate(Settings().store.model_dump() | chosen)
     except ValidationError as error:
-        field = str(error.errors()[0]["loc"][0])
-        flag = {
-            "sql_timeout_seconds": f"--timeout {timeout}",
-            "sql_memory_limit": f"--memory-limit {memory_limit}",
-        }
-        raise InputError(
-            flag.get(field, field), "expected a number of seconds above 0, or a size such as 500MB or 4GB"
-        ) from None
+        if error.errors()[0]["loc"][0] == "sql_timeout_seconds":
+            raise InputError(f"--timeout {timeout:g}", "expected a number of seconds above 0") from None
+        raise InputError(f"--memory-limit {memory_limit}", "expected a size such as 500MB or 4GB") from None
 
 
 models_app = typer.Typer(help="Model endpoints for the roles.", no_args_is_help=True)
