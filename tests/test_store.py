@@ -492,3 +492,16 @@ def test_every_recipe_in_the_schema_guide_runs_and_finds_rows(tmp_path: Path) ->
     for recipe in recipes:
         columns, rows = read_only_query(path, recipe.replace("RUN_ID", run))
         assert columns and rows, recipe
+
+
+def test_duckdb_running_out_of_memory_is_one_store_error_and_stores_nothing(store: EvidenceStore) -> None:
+    with store.session():
+        with store.cursor() as cur:
+            cur.execute("SET memory_limit = '8MB'")  # for this open of the file only
+        with pytest.raises(StoreError, match="ran out of memory: failed to allocate") as raised:
+            store.put_pages(
+                [page(f"https://example.org/{n}", f"{n} " + "lava " * 400_000) for n in range(10)]
+            )
+    assert str(raised.value).endswith("(this step was rolled back; everything stored before it is intact)")
+    assert "\n" not in str(raised.value)
+    assert store.page_count() == 0
