@@ -1,7 +1,7 @@
 """What sharing the store file costs, and what one huge record costs a run.
 
     .venv/bin/python benchmarks/store.py open [--repeat 40]
-    .venv/bin/python benchmarks/store.py sql-during-run [--runs 2]
+    .venv/bin/python benchmarks/store.py sql-during-run [--runs 2] [--corpus FILE.jsonl]
     .venv/bin/python benchmarks/store.py big-record [--uncapped] [--megabytes 10]
 
 `open` times, on a store holding citeflow's docs: a session that does nothing (open, schema version
@@ -9,9 +9,10 @@ check, CHECKPOINT, close), the same plus loading full-text search, one write in 
 and the same write inside a session already held.
 
 `sql-during-run` starts `citeflow run` in other processes (each with its own temporary Prefect server)
-on a store holding the docs, and meanwhile asks the store, both through `citeflow sql` (a new process
-each time) and through read_only_query in this process (no start-up cost: that figure is the wait
-itself plus a millisecond of query). It prints the times while no run was writing and while one was.
+on a store holding the docs (or a `--corpus`, on which runs last longer), and meanwhile asks the store,
+both through `citeflow sql` (a new process each time) and through read_only_query in this process (no
+start-up cost: that figure is the wait itself plus opening the file and a millisecond of query). It
+prints the times while no run was writing and while one was.
 
 `big-record` runs one question through the flow, in this process, on a store holding the docs plus
 one record of `--megabytes` of prose, stored cut to the page-text cap as ingest now does, or whole
@@ -53,13 +54,15 @@ QUESTIONS = [
 ]
 
 
-def docs_store(folder: Path) -> Path:
+def docs_store(folder: Path, corpus: Path | None = None) -> Path:
     db = folder / "bench.duckdb"
-    ingest_paths(get_store(db), DOCS)
+    ingest_paths(get_store(db), [corpus] if corpus else DOCS)
     return db
 
 
 def milliseconds(seconds: list[float]) -> str:
+    if not seconds:
+        return "no sample"
     median, low, high = (value * 1000 for value in (statistics.median(seconds), min(seconds), max(seconds)))
     return f"median {median:.1f} ms (min {low:.1f}, max {high:.1f})"
 
@@ -95,9 +98,9 @@ def open_costs(repeat: int) -> None:
         print(f"add_trace inside a held session:                               {milliseconds(timed(write))}")
 
 
-def sql_during_run(runs: int) -> None:
+def sql_during_run(runs: int, corpus: Path | None) -> None:
     folder = Path(tempfile.mkdtemp(prefix="citeflow-bench-"))
-    db = docs_store(folder)
+    db = docs_store(folder, corpus)
     running_sql = "SELECT count(*) AS running FROM runs WHERE status = 'running'"
 
     def cli_sql() -> tuple[float, int]:
@@ -116,12 +119,16 @@ def sql_during_run(runs: int) -> None:
 
     idle_cli = [cli_sql()[0] for _ in range(3)]
     idle_query = [in_process()[0] for _ in range(20)]
+    questions = QUESTIONS
+    if corpus:  # a question about each of the first records, so the runs find evidence
+        lines = corpus.read_text(encoding="utf-8").splitlines()[:runs]
+        questions = [f"What is known about {json.loads(line)['title']}?" for line in lines]
     processes = [
         subprocess.Popen(
             [
                 CITEFLOW,
                 "run",
-                QUESTIONS[n % len(QUESTIONS)],
+                questions[n % len(questions)],
                 "--db",
                 str(db),
                 "--reports",
@@ -136,14 +143,10 @@ def sql_during_run(runs: int) -> None:
     during_cli: list[float] = []
     during_query: list[float] = []
     while any(process.poll() is None for process in processes):
-        seconds, running = cli_sql()
-        if running:
-            during_cli.append(seconds)
-        for _ in range(10):
-            seconds, running = in_process()
+        for ask, during in ((cli_sql, during_cli), (in_process, during_query), (in_process, during_query)):
+            seconds, running = ask()
             if running:
-                during_query.append(seconds)
-            time.sleep(0.05)
+                during.append(seconds)
     for process in processes:
         if process.wait() != 0:
             raise SystemExit(f"a run failed: {process.stderr.read() if process.stderr else ''}")
@@ -213,6 +216,7 @@ def main() -> None:
     opened.add_argument("--repeat", type=int, default=40)
     during = commands.add_parser("sql-during-run")
     during.add_argument("--runs", type=int, default=2)
+    during.add_argument("--corpus", type=Path)
     big = commands.add_parser("big-record")
     big.add_argument("--megabytes", type=float, default=10)
     big.add_argument("--uncapped", action="store_true")
@@ -220,7 +224,7 @@ def main() -> None:
     if args.command == "open":
         open_costs(args.repeat)
     elif args.command == "sql-during-run":
-        sql_during_run(args.runs)
+        sql_during_run(args.runs, args.corpus)
     else:
         big_record(args.megabytes, args.uncapped)
 

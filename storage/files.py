@@ -116,12 +116,14 @@ def _check_is_a_store(path: Path, con: duckdb.DuckDBPyConnection) -> None:
     }
     if not names:
         return
-    first = None
-    if "schema_migrations" in names:
-        try:
-            first = con.execute("SELECT name FROM schema_migrations WHERE version = 1").fetchone()
-        except duckdb.Error:
-            first = None
+    try:
+        first = (
+            con.execute("SELECT name FROM schema_migrations WHERE version = 1").fetchone()
+            if "schema_migrations" in names
+            else None
+        )
+    except duckdb.Error:  # a schema_migrations table of another shape: another tool's
+        first = None
     if first is None or first[0] != MIGRATIONS[0].__name__:
         raise StoreError(
             str(path),
