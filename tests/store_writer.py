@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from citeflow.contracts import Origin, Outcome, PageInput, Trace  # noqa: E402
 from storage.store import get_store  # noqa: E402
 
-WORK_SECONDS = 0.02
+WORK_SECONDS = 0.05  # a run's gaps between store work are longer: pages ranked, models called
 
 
 def main(db: str, tag: str) -> None:
