@@ -53,7 +53,8 @@ MAX_DELAY_SECONDS = 0.1
 # A wait shorter than this is the normal cost of sharing and is not reported.
 REPORT_AFTER_SECONDS = 1.0
 
-BASE_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+Config = dict[str, str | bool | int | float | list[str]]  # what duckdb.connect takes as config
+BASE_CONFIG: Config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
 def store_path(value: str | Path) -> Path:
@@ -157,7 +158,7 @@ def _check_version(path: Path, version: int) -> None:
 
 
 def _connect(
-    path: Path, read_only: bool, settings: StoreSettings, config: dict[str, str | bool]
+    path: Path, read_only: bool, settings: StoreSettings, config: Config
 ) -> duckdb.DuckDBPyConnection:
     """Connect, waiting with backoff while another process holds the file (reported once, after a
     second); a file DuckDB cannot read is refused at once with what DuckDB found wrong."""
@@ -315,7 +316,7 @@ class SharedFile:
         must_inspect = exists and not self._checked
         if must_inspect:
             _check_is_duckdb_file(path)
-        config: dict[str, str | bool] = dict(BASE_CONFIG)
+        config = dict(BASE_CONFIG)
         if read_only:
             # Only `citeflow sql` and read-only views open the file read-only: bound what a query may use.
             config["memory_limit"] = settings.sql_memory_limit
