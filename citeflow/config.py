@@ -47,6 +47,31 @@ ENVIRONMENT = "environment"
 FLAGS = "flow parameter settings"
 
 
+
+# DuckDB's own spelling of a memory size, checked here so a typo is one clear line, not a DuckDB error.
+MEMORY_SIZE = r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$"
+
+
+class StoreSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    wait_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="How long a citeflow process waits for the store file while another process holds it, "
+        "before it gives up with an error. 0 gives up at once.",
+    )
+    sql_timeout_seconds: float = Field(
+        60.0, gt=0, description="`citeflow sql` stops a query that runs longer than this (--timeout)."
+    )
+    sql_memory_limit: str = Field(
+        "1GB",
+        pattern=MEMORY_SIZE,
+        description="DuckDB memory_limit of the read-only connection `citeflow sql` opens (--memory-limit); "
+        "a query that needs more is stopped.",
+    )
+
+
 class Caps(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -91,6 +116,7 @@ class Settings(BaseSettings):
         "store; others: searxng, duckduckgo, wikipedia, tavily.",
     )
     caps: Caps = Field(default_factory=lambda: Caps())
+    store: StoreSettings = Field(default_factory=lambda: StoreSettings())
     web: WebSettings = Field(default_factory=lambda: WebSettings())
     defaults: RoleSection = Field(  # type: ignore[valid-type]
         default_factory=lambda: RoleSection(), description="Model settings every role shares."

@@ -11,6 +11,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from citeflow.sanitize import clean_line, clean_text
+
 QUESTION_MAX_CHARS = 2000
 
 
@@ -69,12 +71,12 @@ class Outcome(StrEnum):
 
 
 class Question(Record):
-    text: str = Field(description="The research question, stripped of surrounding white space.")
+    text: str = Field(description="The research question as one line, without control characters.")
 
     @field_validator("text")
     @classmethod
     def _not_empty_not_huge(cls, value: str) -> str:
-        value = value.strip()
+        value = clean_line(value)
         if not value:
             raise ValueError("the question is empty")
         if len(value) > QUESTION_MAX_CHARS:
@@ -88,6 +90,9 @@ class SubQuestion(Record):
     text: str = Field(description="The sub-question as shown in the report.")
     query: str = Field(description="What the researcher sends to search.")
 
+    # A planner may be a model: what it writes is printed and stored like the question it came from.
+    _one_clean_line = field_validator("text", "query")(clean_line)
+
 
 class PageInput(Record):
     """A page before it is stored: what ingestion or a fetch produces."""
@@ -97,6 +102,10 @@ class PageInput(Record):
     text: str
     origin: Origin
     published: str | None = Field(default=None, description="Publication date as the page states it.")
+
+    # Every page enters the store through here, fetched or ingested: clean it once, before it is hashed.
+    _clean_title = field_validator("title")(clean_line)
+    _clean_text = field_validator("text")(clean_text)
 
 
 class Page(Record):

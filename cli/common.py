@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import logging
 import os
 import signal
 import sys
@@ -27,12 +28,28 @@ from rich.markup import escape
 
 from citeflow.contracts import Question, Report
 from citeflow.errors import CiteflowError, InputError
+from citeflow.sanitize import clean_line
 
 if TYPE_CHECKING:
     from citeflow.config import Loaded
+    from storage.store import EvidenceStore
 
 err = Console(stderr=True)
 out = Console()
+
+
+class StoreWaitLine(logging.Handler):
+    """A wait for the store file held by another process, printed as one line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err.print(
+            f"waiting: {clean_line(record.getMessage())}", markup=False, highlight=False, soft_wrap=True
+        )
+
+
+store_log = logging.getLogger("citeflow.store")
+store_log.addHandler(StoreWaitLine())
+store_log.propagate = False
 
 ConfigOption = Annotated[
     Path | None,
@@ -68,7 +85,10 @@ SearchOption = Annotated[
 
 def fail(error: CiteflowError) -> NoReturn:
     # Escaped: messages name config sections such as "[models]", which rich would read as markup and drop.
-    err.print(f"[bold red]error:[/] {escape(str(error))}", markup=True, highlight=False, soft_wrap=True)
+    # One line, nothing a path or page put in it can move the cursor or colour the terminal.
+    err.print(
+        f"[bold red]error:[/] {escape(clean_line(str(error)))}", markup=True, highlight=False, soft_wrap=True
+    )
     raise typer.Exit(1)
 
 
@@ -122,6 +142,14 @@ def settings_from(config: Path | None, dotted: dict[str, Any]) -> Loaded:
 def store_path(db: Path | None) -> Path:
     """The store a command works on: --db, else CITEFLOW_DB or citeflow.toml, else ./citeflow.duckdb."""
     return settings_from(None, flags(db=db)).settings.db
+
+
+def store_of(db: Path | None) -> EvidenceStore:
+    """That store, with the settings of how long to wait for it."""
+    from storage.store import get_store
+
+    settings = settings_from(None, flags(db=db)).settings
+    return get_store(settings.db, settings.store)
 
 
 def report_json(report: Report) -> dict[str, Any]:
@@ -248,7 +276,7 @@ def show_outcome(state: State, as_json: bool) -> None:
             f"{result.status.value} report: {len(result.sentences)} sentences, {len(result.sources)} sources"
         )
         for caveat in result.caveats:
-            err.print(f"  caveat: {caveat}", highlight=False, soft_wrap=True, markup=False)
+            err.print(f"  caveat: {clean_line(caveat)}", highlight=False, soft_wrap=True, markup=False)
         if result.report_path:
             out.print(result.report_path, highlight=False, soft_wrap=True)
     if result.report_path is None or result.status == "failed":

@@ -6,15 +6,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from citeflow.errors import CiteflowError, InputError
 from citeflow.prefect_env import apply_prefect_defaults
+from citeflow.sanitize import clean_line, for_terminal
 
 apply_prefect_defaults()  # before anything imports Prefect, which reads its settings once
+
+if TYPE_CHECKING:
+    from citeflow.config import Settings
 
 from cli.common import (  # noqa: E402 - Prefect's defaults must be set first
     BaseUrlOption,
@@ -31,6 +36,7 @@ from cli.common import (  # noqa: E402 - Prefect's defaults must be set first
     prefect_api,
     settings_from,
     show_outcome,
+    store_of,
     store_path,
     supervised,
 )
@@ -72,7 +78,7 @@ def run(
         from citeflow.web.providers import provider_chain
         from storage.store import get_store
 
-        store = get_store(settings.db)
+        store = get_store(settings.db, settings.store)
         providers = provider_chain(settings.web, settings.search, local_available=True)
         if providers == ["local"] and store.page_count() == 0:
             raise InputError(
@@ -109,16 +115,30 @@ def ingest(
     from storage.store import get_store
 
     try:
-        report = ingest_paths(get_store(store_path(db)), paths)
+        settings = settings_from(None, flags(db=db)).settings
+        store = get_store(settings.db, settings.store)
+        report = ingest_paths(store, paths, max_chars=settings.caps.page_text_max_chars)
     except CiteflowError as error:
         fail(error)
+    except MemoryError:
+        fail(
+            InputError(
+                "ingest", "ran out of memory while loading", "nothing was loaded; the store is unchanged"
+            )
+        )
     out.print(
         f"{report.records} records from {report.files} files: {report.new} new, {report.changed} changed, "
         f"{report.unchanged} unchanged",
         highlight=False,
     )
+    if report.cut:
+        err.print(
+            f"  {report.cut} records cut to {report.max_chars:,} characters "
+            "(the page-text cap, caps.page_text_max_chars)",
+            highlight=False,
+        )
     for skipped in report.skipped:
-        err.print(f"  skipped {skipped}", highlight=False, soft_wrap=True)
+        err.print(f"  skipped {clean_line(skipped)}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -126,23 +146,62 @@ def sql(
     statement: Annotated[str, typer.Argument(help="One read-only SQL statement, e.g. SELECT * FROM runs.")],
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON Lines.")] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Stop the query after SECONDS. Default: 60.", metavar="SECONDS"),
+    ] = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option("--memory-limit", help="Memory the query may use, e.g. 500MB or 4GB. Default: 1GB."),
+    ] = None,
 ) -> None:
     """Run one read-only query against the evidence store and print the rows."""
     from storage.store import read_only_query
 
     try:
-        columns, rows = read_only_query(store_path(db), statement)
+        settings = sql_settings(db, timeout, memory_limit)
+        columns, rows = read_only_query(settings.db, statement, settings.store)
     except CiteflowError as error:
         fail(error)
+    except MemoryError:
+        fail(
+            InputError(
+                "SQL", "its rows did not fit in memory; select fewer (LIMIT)", "the store is unchanged"
+            )
+        )
     if as_json:
         for row in rows:
             sys.stdout.write(json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n")
         return
-    table = Table(*columns, show_lines=False)
+    # Text cells, not markup: a page title like "[red]" must print as written, and cleaned of controls.
+    table = Table(show_lines=False)
+    for column in columns:
+        table.add_column(Text(for_terminal(column)))
     for row in rows:
-        table.add_row(*("" if value is None else str(value) for value in row))
+        table.add_row(*(Text("" if value is None else for_terminal(str(value))) for value in row))
     out.print(table)
     err.print(f"{len(rows)} rows")
+
+
+def sql_settings(db: Path | None, timeout: float | None, memory_limit: str | None) -> Settings:
+    """The settings with --timeout and --memory-limit applied, each refused in its own words."""
+    chosen = {"store.sql_timeout_seconds": timeout, "store.sql_memory_limit": memory_limit}
+    for name, value in chosen.items():
+        if value is None:
+            continue
+        try:
+            settings_from(None, {name: value})
+        except CiteflowError:
+            flag, expected = (
+                ("--timeout", "a number of seconds above 0")
+                if name.endswith("seconds")
+                else ("--memory-limit", "a size such as 500MB or 4GB")
+            )
+            raise InputError(
+                f"{flag} {value if isinstance(value, str) else f'{value:g}'}", f"expected {expected}"
+            ) from None
+    given = {name: value for name, value in chosen.items() if value is not None}
+    return settings_from(None, {**flags(db=db), **given}).settings
 
 
 models_app = typer.Typer(help="Model endpoints for the roles.", no_args_is_help=True)
@@ -219,10 +278,9 @@ def runs(
 ) -> None:
     """List recent runs: id, question, status, started, seconds."""
     from flows.lifecycle import mark_crashed
-    from storage.store import get_store
 
     try:
-        store = get_store(store_path(db))
+        store = store_of(db)
         mark_crashed(store)
         recent = store.recent_runs(limit)
     except CiteflowError as error:

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from citeflow.errors import CiteflowError, InputError
-from cli.common import DbOption, err, fail, out, prefect_api, show_outcome, store_path, supervised
+from cli.common import DbOption, err, fail, out, prefect_api, show_outcome, store_of, store_path, supervised
 
 topics_app = typer.Typer(
     help="Recurring research topics: one scheduled deployment each.", no_args_is_help=True
@@ -100,11 +100,10 @@ def sync() -> None:
 def list_topics(db: DbOption = None) -> None:
     """Each topic: its schedule, its last run and that run's status, its next run."""
     from deployments.topics import load_topics
-    from storage.store import get_store
 
     try:
         topics = load_topics(files()[0])
-        store = get_store(store_path(db))
+        store = store_of(db)
         now = datetime.now(UTC)
         for topic in topics:
             runs = store.recent_runs(limit=1, topic=topic.name)
@@ -180,11 +179,10 @@ def queued_through_deployment(deployment: str) -> str | None:
 @topics_app.command("diff")
 def diff(name: NameArgument, db: DbOption = None) -> None:
     """What changed between the topic's last two successful runs."""
-    from storage.store import get_store
     from tasks.changes import changes_markdown, last_two_compared
 
     try:
-        changes = last_two_compared(get_store(store_path(db)), name)
+        changes = last_two_compared(store_of(db), name)
     except CiteflowError as error:
         fail(error)
     if changes is None:

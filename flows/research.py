@@ -140,8 +140,9 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
         [subquestions] = settled(run, "plan", [plan_future], [None]) or [[]]
     if not subquestions:  # the plan task failed past its retries: the question itself is researched
         subquestions = [SubQuestion(id="q1", position=0, text=run.question, query=run.question)]
-    store.add_subquestions(run_id, subquestions)
-    record_degradations(run, "plan")
+    with store.session():  # each stage's records in one short hold of the store file
+        store.add_subquestions(run_id, subquestions)
+        record_degradations(run, "plan")
     logger.info("plan: %d sub-questions: %s", len(subquestions), " | ".join(s.text for s in subquestions))
     update_progress_artifact(progress, 10.0)
 
@@ -152,8 +153,10 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
         researched: list[Researched] = settled(
             run, "research", researcher.map(subquestions), [s.id for s in subquestions]
         )
+        with store.session():
+            for one in researched:
+                record_research(store, run_id, one)
         for one in researched:
-            record_research(store, run_id, one)
             logger.info("research %s", one.summary)
         pages, pages_found = select_pages(
             [source for one in researched for source in one.sources], caps.pages_verified_max
@@ -175,13 +178,16 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
             for n, (page_id, subquestion_id) in enumerate(pages, start=1)
         ]
         checked: list[list[Claim]] = settled(run, "verify", verifying, [sub_id for _, sub_id in pages])
-        store.add_claims([claim.model_copy(update={"run_id": run_id}) for page in checked for claim in page])
-        record_degradations(run, "verify")
-        numbered = store.number_sources(run_id)
-        claims = store.claims(run_id, ClaimStatus.verified)
+        with store.session():
+            store.add_claims(
+                [claim.model_copy(update={"run_id": run_id}) for page in checked for claim in page]
+            )
+            record_degradations(run, "verify")
+            numbered = store.number_sources(run_id)
+            claims = store.claims(run_id, ClaimStatus.verified)
+            metrics.claims_rejected = len(store.claims(run_id, ClaimStatus.rejected))
         metrics.pages = pages_verified
         metrics.claims_verified = len(claims)
-        metrics.claims_rejected = len(store.claims(run_id, ClaimStatus.rejected))
     logger.info("verify: %d claims verified, %d rejected", metrics.claims_verified, metrics.claims_rejected)
     update_progress_artifact(progress, 70.0)
 
@@ -204,7 +210,9 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
             )
     update_progress_artifact(progress, 90.0)
 
-    changes = changes_since_last_run(store, run.topic, run_id, claims) if run.topic else None
+    with store.session():
+        changes = changes_since_last_run(store, run.topic, run_id, claims) if run.topic else None
+        metrics_now = run_metrics(store, run_id, clock, started)
     report = finish_task(
         subquestions,
         review,
@@ -212,7 +220,7 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
         claims,
         pages_found,
         pages_verified,
-        run_metrics(store, run_id, clock, started),
+        metrics_now,
         artifact_key,
         changes,
     )
@@ -259,7 +267,7 @@ def research_flow(
     loaded = load_settings(settings, Path(config) if config else None, flags_source="flow parameter settings")
     question = Question(text=question).text
     run_id = str(flow_run.id)
-    store = get_store(loaded.settings.db)
+    store = get_store(loaded.settings.db, loaded.settings.store)
     with (
         open_run_context(run_id, question, loaded.settings, store, topic) as run,
         owned_run(store, run_id, question, loaded.settings, run.engine.name, topic),

@@ -3,7 +3,10 @@
 Bad input loses nothing: every file is parsed first, and only then are all pages written in one
 transaction. A malformed record or a missing path stops the whole ingest before anything is written;
 a file with nothing to load (empty, unsupported, HTML with no extractable text) is skipped with a
-reason and the rest goes in.
+reason and the rest goes in. Nothing to load at all opens no store, so creates no file.
+
+Page text is cut to the same cap as fetched pages (Caps.page_text_max_chars), and the report says how
+many records were cut: one huge record would otherwise slow every later run that reads it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from citeflow.config import Caps
 from citeflow.contracts import Origin, PageInput
 from citeflow.errors import IngestError
 from citeflow.web.extract import TITLE_MAX_CHARS, first_line_title, html_document
@@ -25,6 +29,7 @@ TEXT_SUFFIXES = frozenset({".txt"})
 JSONL_SUFFIXES = frozenset({".jsonl"})
 SUPPORTED = HTML_SUFFIXES | MARKDOWN_SUFFIXES | TEXT_SUFFIXES | JSONL_SUFFIXES
 NOTHING_LOADED = "nothing was loaded; the store is unchanged"
+PAGE_TEXT_MAX_CHARS = Caps().page_text_max_chars
 
 
 class IngestReport(BaseModel):
@@ -33,6 +38,8 @@ class IngestReport(BaseModel):
     new: int = 0
     unchanged: int = 0
     changed: int = 0
+    cut: int = Field(default=0, description="Records whose text was longer than max_chars, stored cut to it.")
+    max_chars: int = Field(description="The page-text cap the records were stored under.")
     skipped: list[str] = Field(default_factory=list, description="'<path>: <reason>' for each file skipped.")
 
 
@@ -105,7 +112,8 @@ def parse_jsonl_file(path: Path) -> list[PageInput]:
     A malformed line stops the ingest: a corpus that loads partly would silently lose records.
     """
     pages: list[PageInput] = []
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
+    # Split on \n alone: str.splitlines also splits at U+2028, U+0085 and others a JSON string may hold.
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{path} line {number}"
@@ -123,12 +131,31 @@ def parse_jsonl_file(path: Path) -> list[PageInput]:
             raise IngestError(where, 'has no "text" string', failed)
         if not isinstance(title, str):
             raise IngestError(where, '"title" is not a string', failed)
+        for field, value in (("url", url), ("title", title), ("text", text)):
+            _check_encodable(value, field, where, failed)
         pages.append(
-            PageInput(url=url.strip(), title=title.strip(), text=text.strip(), origin=Origin.ingested)
+            PageInput(
+                url=url.strip(),
+                title=title.strip()[:TITLE_MAX_CHARS],
+                text=text.strip(),
+                origin=Origin.ingested,
+            )
         )
     if not pages:
         raise Skip("the file has no records")
     return pages
+
+
+def _check_encodable(value: str, field: str, where: str, failed: str) -> None:
+    """JSON may escape half of a UTF-16 pair ("\\ud800"); Python decodes it to a lone surrogate, which no
+    UTF-8 text, hash or database can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = f"\\u{ord(value[error.start]):04x}"
+        raise IngestError(
+            where, f'"{field}" holds a lone surrogate ({code} at character {error.start}), not text', failed
+        ) from error
 
 
 def parse_file(path: Path) -> list[PageInput]:
@@ -146,9 +173,12 @@ def parse_file(path: Path) -> list[PageInput]:
     return parse_text_file(path, markdown=suffix in MARKDOWN_SUFFIXES)
 
 
-def ingest_paths(store: EvidenceStore, paths: list[Path], max_chars: int | None = None) -> IngestReport:
-    """Parse every file under `paths`, then store all pages in one transaction and refresh the index."""
-    report = IngestReport()
+def ingest_paths(
+    store: EvidenceStore, paths: list[Path], max_chars: int = PAGE_TEXT_MAX_CHARS
+) -> IngestReport:
+    """Parse every file under `paths`, then store all pages, each text cut to `max_chars`, in one
+    transaction and refresh the index. With nothing to store, the store is not opened at all."""
+    report = IngestReport(max_chars=max_chars)
     pages: list[PageInput] = []
     for path in expand([Path(p) for p in paths]):
         try:
@@ -161,7 +191,10 @@ def ingest_paths(store: EvidenceStore, paths: list[Path], max_chars: int | None 
         report.files += 1
         report.records += len(parsed)
         pages.extend(parsed)
-    if pages:
+    if not pages:
+        return report
+    report.cut = sum(len(page.text) > max_chars for page in pages)
+    with store.session():  # one open of the file for the write and the index rebuild
         counts = store.put_pages(pages, max_chars=max_chars)
         report.new, report.unchanged, report.changed = counts.new, counts.unchanged, counts.changed
         refresh_index(store)

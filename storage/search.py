@@ -3,7 +3,7 @@
 DuckDB's fts extension was chosen over an in-memory library such as bm25s because the index lives
 in the same file as the evidence: nothing to rebuild at start-up, nothing to keep in step with a
 second file, and users can rank pages from SQL with fts_main_pages.match_bm25. The extension binary
-comes from the duckdb-extension-fts wheel, so no network is needed (storage/store.py loads it).
+comes from the duckdb-extension-fts wheel, so no network is needed (storage/files.py loads it).
 
 The fts index does not follow inserts. The `search_index` table records the page count and newest
 stored_at the index was built from; a search first compares them with `pages` and rebuilds if they
@@ -18,7 +18,8 @@ from datetime import datetime
 import duckdb
 
 from citeflow.contracts import SearchResult
-from storage.store import EvidenceStore, utc_now
+from storage.rows import utc_now
+from storage.store import EvidenceStore
 
 PROVIDER = "local"
 SNIPPET_CHARS = 200
@@ -75,9 +76,10 @@ def refresh_index(store: EvidenceStore) -> None:
     """
     if store.read_only:
         return  # a read-only store searches the index as it was last built
-    with store.index_lock:
+    with store.index_lock, store.session():
         if not index_is_stale(store):
             return
+        store.load_fts()
         with store.transaction() as cur:
             count, newest = _pages_state(cur)
             if count:
@@ -121,8 +123,9 @@ class LocalSearch:
             return []
         # Holding the lock for the query too means no search reads the index while another
         # thread replaces it; a search takes milliseconds, so serialising them costs little.
-        with self.store.index_lock:
+        with self.store.index_lock, self.store.session():
             refresh_index(self.store)
+            self.store.load_fts()
             with self.store.cursor() as cur:
                 if cur.execute("SELECT count(*) FROM search_index WHERE pages > 0").fetchone() == (0,):
                     return []

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from citeflow.contracts import Claim, ClaimStatus, Page, RunStatus
+from citeflow.sanitize import for_markdown as md
 from citeflow.text import normalise
 from storage.store import EvidenceStore, RunSummary
 
@@ -76,7 +77,9 @@ def compare_claims(previous: list[Claim], current: list[Claim]) -> tuple[list[st
 
 def _successful(store: EvidenceStore, topic: str) -> list[RunSummary]:
     """The topic's runs that ended with a report (complete or partial), newest first."""
-    return [run for run in store.recent_runs(topic=topic) if run.status in (RunStatus.complete, RunStatus.partial)]
+    return [
+        run for run in store.recent_runs(topic=topic) if run.status in (RunStatus.complete, RunStatus.partial)
+    ]
 
 
 def compared(
@@ -119,14 +122,15 @@ def last_two_compared(store: EvidenceStore, topic: str) -> Changes | None:
 
 
 def _listed(texts: list[str]) -> list[str]:
-    shown = [f'  - "{" ".join(text.split())}"' for text in texts[:LISTED_MAX]]
+    shown = [f'  - "{md(" ".join(text.split()))}"' for text in texts[:LISTED_MAX]]
     if len(texts) > LISTED_MAX:
         shown.append(f"  - and {len(texts) - LISTED_MAX} more (see the changes table)")
     return shown
 
 
 def changes_markdown(changes: Changes) -> list[str]:
-    """The report's section, as lines; its heading starts with "## What changed"."""
+    """The report's section, as lines; its heading starts with "## What changed". Titles, addresses and
+    claims come from pages: escaped, as everything in the report is."""
     if changes.previous_run_id is None or changes.previous_started_at is None:
         return [
             "## What changed: first run",
@@ -139,7 +143,7 @@ def changes_markdown(changes: Changes) -> list[str]:
     if not changes.found:
         return [*lines, "Nothing: the same sources, unchanged, support the same claims.", ""]
     labels = {"new": "New source", "changed": "Changed source (its page differs)", "gone": "No longer cited"}
-    lines += [f"- {labels[s.change]}: {s.title or s.url} ({s.url})" for s in changes.sources]
+    lines += [f"- {labels[s.change]}: {md(s.title or s.url)} ({md(s.url)})" for s in changes.sources]
     if changes.new_claims:
         lines += [f"- {len(changes.new_claims)} new claim(s):", *_listed(changes.new_claims)]
     if changes.unsupported_claims:

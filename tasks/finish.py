@@ -1,4 +1,9 @@
-"""Finish: the report in Markdown with its bibliography, and what failed or is missing, plainly."""
+"""Finish: the report in Markdown with its bibliography, and what failed or is missing, plainly.
+
+Every piece of text placed in the Markdown passes through `for_markdown`: a question, a page title or a
+quote may hold HTML, and a Markdown viewer would render it. A failed run writes no report file; its
+runs row keeps the Markdown that says why.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from citeflow.contracts import (
     Source,
     SubQuestion,
 )
+from citeflow.sanitize import for_markdown as md
 from storage.store import EvidenceStore
 from tasks.audit import audit
 from tasks.changes import Changes, changes_markdown, changes_table
@@ -80,12 +86,12 @@ def render_markdown(
     changes: list[str] | None = None,
 ) -> str:
     """The report: the answer by section, then (for a recurring topic) what changed since its last run,
-    the caveats, and the sources cited."""
-    lines = [f"# {question}", ""]
+    the caveats, and the sources cited. Text from pages, questions and models is escaped (md)."""
+    lines = [f"# {md(question)}", ""]
     how = (
         "extractively, from verified quotes (no language model)"
         if engine_name == "extractive"
-        else (f"by {engine_name}, from verified quotes")
+        else (f"by {md(engine_name)}, from verified quotes")
     )
     lines += [f"*Written {how}. Status: **{status.value}**.*", ""]
     if review is None or not review.kept:
@@ -95,22 +101,23 @@ def render_markdown(
             section = [sentence for sentence in review.kept if sentence.section == sub.id]
             if not section:
                 continue
-            lines += [f"## {sub.text}", ""]
+            lines += [f"## {md(sub.text)}", ""]
             # Quotes keep the page's line breaks; the report shows each claim as one line.
             lines += [
-                f"- {' '.join(sentence.text.split())} {''.join(f'[{cite}]' for cite in sentence.cites)}"
+                f"- {md(' '.join(sentence.text.split()))} {''.join(f'[{cite}]' for cite in sentence.cites)}"
                 for sentence in section
             ]
             lines.append("")
     lines += changes or []
     if caveats:
-        lines += ["## Caveats", ""] + [f"- {caveat}" for caveat in caveats] + [""]
+        lines += ["## Caveats", ""] + [f"- {md(caveat)}" for caveat in caveats] + [""]
     cited = {cite for sentence in (review.kept if review else []) for cite in sentence.cites}
     listed = [source for source in sources if source.id in cited]
     if listed:
         lines += ["## Sources", ""]
         lines += [
-            f"- [{source.id}] {source.title or source.url}. {source.url} (read {source.stored_at:%Y-%m-%d})"
+            f"- [{source.id}] {md(source.title or source.url)}. {md(source.url)} "
+            f"(read {source.stored_at:%Y-%m-%d})"
             for source in listed
         ]
         lines.append("")
@@ -249,21 +256,22 @@ def finish_task(
     changes: Changes | None,
 ) -> Report:
     run = current_run()
-    report = finish(
-        run.store,
-        run.run_id,
-        run.question,
-        run.engine.name,
-        subquestions,
-        review,
-        sources,
-        claims,
-        pages_found,
-        pages_verified,
-        metrics,
-        Path(run.settings.reports),
-        run.models.budget.caveats(),
-        changes,
-    )
+    with run.store.session():  # the report's rows, its audit and the run's final status in one hold
+        report = finish(
+            run.store,
+            run.run_id,
+            run.question,
+            run.engine.name,
+            subquestions,
+            review,
+            sources,
+            claims,
+            pages_found,
+            pages_verified,
+            metrics,
+            Path(run.settings.reports),
+            run.models.budget.caveats(),
+            changes,
+        )
     publish_artifacts(report, artifact_key, changes)
     return report

@@ -53,19 +53,20 @@ def research(
         if outcome.errors:
             step.outcome = Outcome.degraded
     sources = []
-    for item in outcome.fetch.items[:limit]:
-        page = store.put_page(item.page, page_text_max_chars)[0] if item.page else item.stored
-        if page is None:
-            continue
-        sources.append(
-            RunSource(
-                run_id=run_id,
-                subquestion_id=subquestion.id,
-                page_id=page.id,
-                provider=item.result.provider,
-                rank=item.result.rank,
+    with store.session():  # the pages found, stored in one hold of the file, after the network is done
+        for item in outcome.fetch.items[:limit]:
+            page = store.put_page(item.page, page_text_max_chars)[0] if item.page else item.stored
+            if page is None:
+                continue
+            sources.append(
+                RunSource(
+                    run_id=run_id,
+                    subquestion_id=subquestion.id,
+                    page_id=page.id,
+                    provider=item.result.provider,
+                    rank=item.result.rank,
+                )
             )
-        )
     return Researched(
         subquestion_id=subquestion.id,
         results=outcome.results[:limit],

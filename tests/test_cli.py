@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -162,3 +165,122 @@ def test_a_local_run_on_an_empty_store_says_to_ingest_first(tmp_path: Path) -> N
 
     assert result.exit_code == 1
     assert "holds no pages to search; load documents with `citeflow ingest PATH...` first" in result.stderr
+
+
+def test_sql_stops_a_query_past_its_timeout_in_one_line(docs_db: Path) -> None:
+    started = time.monotonic()
+    result = runner.invoke(
+        app,
+        [
+            "sql",
+            "SELECT sum(a.range * b.range) FROM range(1000000) a, range(1000000) b",
+            "--db",
+            str(docs_db),
+            "--timeout",
+            "1",
+        ],
+    )
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        "error: SQL: ran longer than 1 s and was stopped (give --timeout SECONDS to allow longer) "
+        "(the store is unchanged)"
+    )
+    assert time.monotonic() - started < 30  # interrupted, not left to run for hours
+
+
+def test_sql_stops_a_query_past_its_memory_limit_in_one_line(docs_db: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["sql", "SELECT list(range) FROM range(50000000)", "--db", str(docs_db), "--memory-limit", "20MB"],
+    )
+    assert result.exit_code == 1
+    assert "needed more memory than its limit of 20MB and was stopped" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [(["--memory-limit", "lots"], "--memory-limit lots"), (["--timeout", "0"], "--timeout 0")],
+)
+def test_a_bad_sql_limit_is_one_line(docs_db: Path, flags: list[str], named: str) -> None:
+    result = runner.invoke(app, ["sql", "SELECT 1", "--db", str(docs_db), *flags])
+    assert result.exit_code == 1
+    assert (
+        result.stderr.startswith(f"error: {named}: expected") and len(result.stderr.strip().splitlines()) == 1
+    )
+
+
+def test_sql_prints_what_pages_hold_without_colour_or_cursor_moves(docs_db: Path) -> None:
+    # As a store written before text was cleaned on the way in may hold it.
+    with get_store(docs_db).cursor() as cur:
+        cur.execute(
+            "UPDATE pages SET title = ? WHERE id = (SELECT min(id) FROM pages)", ["[red]Red\x1b[2J\x9b1A"]
+        )
+
+    result = runner.invoke(
+        app, ["sql", "SELECT title FROM pages WHERE title LIKE '[red]%'", "--db", str(docs_db)]
+    )
+
+    assert result.exit_code == 0
+    assert "[red]Red[2J1A" in result.stdout
+    assert "\x1b" not in result.stdout and "\x9b" not in result.stdout
+
+
+def test_ingest_reports_records_cut_to_the_page_text_cap(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"url": "https://example.org/big", "text": "Lava. " * 50_000}) + "\n")
+    db = tmp_path / "store.duckdb"
+
+    result = runner.invoke(app, ["ingest", str(corpus), "--db", str(db)])
+
+    assert result.exit_code == 0, result.stderr
+    assert "1 records cut to 200,000 characters (the page-text cap" in result.stderr
+    assert read_only_query(db, "SELECT length(text) FROM pages")[1] == [(200_000,)]
+
+
+def test_an_ingest_of_an_empty_folder_creates_no_store(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    db = tmp_path / "never.duckdb"
+
+    result = runner.invoke(app, ["ingest", str(empty), "--db", str(db)])
+
+    assert result.exit_code == 0
+    assert result.stdout.startswith("0 records from 0 files")
+    assert not db.exists()
+
+
+def test_an_error_naming_a_hostile_file_name_cannot_colour_the_terminal(tmp_path: Path) -> None:
+    corpus = tmp_path / "\x1b[31mred.jsonl"
+    corpus.write_text("{not json\n")
+
+    result = runner.invoke(app, ["ingest", str(corpus), "--db", str(tmp_path / "store.duckdb")])
+
+    assert result.exit_code == 1
+    assert "[31mred.jsonl line 1: is not valid JSON" in result.stderr and "\x1b" not in result.stderr
+
+
+def test_ingest_out_of_memory_is_one_line(tmp_path: Path) -> None:
+    corpus = tmp_path / "big.jsonl"
+    with corpus.open("w") as out:
+        for n in range(4):
+            out.write(json.dumps({"url": f"https://example.org/{n}", "text": "word " * 2_000_000}) + "\n")
+    # The limit is set after citeflow is imported, so only the ingest itself runs out of memory.
+    script = (
+        "import resource, sys\n"
+        "from cli.main import app\n"
+        "import storage.ingest, storage.store\n"
+        "size = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmSize')) * 1024\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (size + 60 * 2**20, resource.RLIM_INFINITY))\n"
+        "sys.argv = ['citeflow', 'ingest', sys.argv[1], '--db', sys.argv[2]]\n"
+        "app()\n"
+    )
+    db = tmp_path / "store.duckdb"
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(corpus), str(db)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: ingest: ran out of memory while loading (nothing was loaded; the store is unchanged)"
+    )
+    assert not db.exists()

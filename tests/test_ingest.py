@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from citeflow.config import Caps
 from citeflow.contracts import Origin
 from citeflow.errors import IngestError
-from storage.ingest import ingest_paths
+from citeflow.web.extract import TITLE_MAX_CHARS
+from storage.ingest import PAGE_TEXT_MAX_CHARS, ingest_paths
 from storage.search import LocalSearch
 from storage.store import EvidenceStore
 
@@ -139,6 +142,10 @@ def test_a_malformed_jsonl_line_loads_nothing_at_all(store: EvidenceStore, tmp_p
         ('{"title": "no url", "text": "body"}', 'no "url"'),
         ('{"url": "https://example.org/x", "title": "no text"}', 'no "text"'),
         ('["a", "list"]', "not a JSON object"),
+        ('{"url": 5, "text": "body"}', 'no "url" string'),
+        ('{"url": "https://example.org/x", "text": "body", "title": 5}', '"title" is not a string'),
+        ('{"url": "https://example.org/x", "text": "half a pair \\ud800 here"}', "lone surrogate"),
+        ('{"url": "https://example.org/x\\udfff", "text": "body"}', '"url" holds a lone surrogate'),
     ],
 )
 def test_a_record_missing_fields_loads_nothing(
@@ -166,3 +173,81 @@ def test_a_file_that_is_not_utf8_is_skipped(store: EvidenceStore, tmp_path: Path
     report = ingest_paths(store, [latin])
     assert report.files == 0
     assert report.skipped == [f"{latin}: not UTF-8 text (invalid continuation byte at byte 3)"]
+
+
+def test_a_lone_surrogate_names_its_file_line_and_field(store: EvidenceStore, tmp_path: Path) -> None:
+    corpus = write_jsonl(
+        tmp_path / "c.jsonl",
+        [
+            '{"url": "https://example.org/ok", "text": "fine"}',
+            '{"url": "https://example.org/x", "text": "a\\ud83d"}',
+        ],
+    )
+    with pytest.raises(IngestError) as raised:
+        ingest_paths(store, [corpus])
+    assert str(raised.value) == (
+        f'{corpus} line 2: "text" holds a lone surrogate (\\ud83d at character 1), not text '
+        "(no record of c.jsonl, and nothing at all, was loaded)"
+    )
+    assert not store.path.exists() or page_rows(store) == []
+
+
+def test_line_separators_inside_json_strings_do_not_split_records(
+    store: EvidenceStore, tmp_path: Path
+) -> None:
+    # U+2028 and U+0085 are valid raw inside a JSON string; str.splitlines would cut the record there.
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        '{"url": "https://example.org/a", "text": "one\u2028two\x85three"}\n'
+        '{"url": "https://example.org/b", "text": "b"}\n',
+        encoding="utf-8",
+    )
+    report = ingest_paths(store, [corpus])
+    assert (report.records, report.new) == (2, 2)
+
+
+def test_page_text_is_cut_to_the_fetch_cap_and_the_cut_is_counted(
+    store: EvidenceStore, tmp_path: Path
+) -> None:
+    corpus = write_jsonl(
+        tmp_path / "c.jsonl",
+        [
+            json.dumps({"url": "https://example.org/huge", "text": "Lava cools. " * 30_000}),
+            json.dumps({"url": "https://example.org/small", "text": "Small."}),
+        ],
+    )
+    report = ingest_paths(store, [corpus])
+    huge = store.latest_page("https://example.org/huge")
+    assert (report.cut, report.max_chars) == (1, PAGE_TEXT_MAX_CHARS) == (1, Caps().page_text_max_chars)
+    assert huge is not None and len(huge.text) == PAGE_TEXT_MAX_CHARS
+    assert ingest_paths(store, [corpus], max_chars=1000).cut == 1
+
+
+def test_control_characters_are_removed_and_line_breaks_kept(store: EvidenceStore, tmp_path: Path) -> None:
+    corpus = write_jsonl(
+        tmp_path / "c.jsonl",
+        [
+            json.dumps(
+                {
+                    "url": "https://example.org/a",
+                    "title": "Red\x1b[31m title\nover two lines" + "x" * 400,
+                    "text": "First line.\r\nSecond\tline\x07 with a bell.\x9b2J\rThird.",
+                }
+            )
+        ],
+    )
+    ingest_paths(store, [corpus])
+    page = store.latest_page("https://example.org/a")
+    assert page is not None
+    assert page.title.startswith("Red[31m title over two lines") and len(page.title) <= TITLE_MAX_CHARS
+    assert page.text == "First line.\nSecond\tline with a bell.2J\nThird."
+
+
+def test_an_ingest_of_nothing_creates_no_store(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "blank.txt").write_text("   \n")
+    path = tmp_path / "never.duckdb"
+    report = ingest_paths(EvidenceStore(path), [empty])
+    assert (report.files, report.records) == (0, 0) and len(report.skipped) == 1
+    assert not path.exists()

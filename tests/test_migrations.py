@@ -29,6 +29,7 @@ EXPECTED_SCHEMA = {
         "pid",
         "host",
         "process_started",
+        "topic",
     ],
     "subquestions": ["run_id", "id", "position", "text", "query"],
     "pages": [
@@ -109,7 +110,11 @@ def test_reopening_does_not_rerun_migrations(tmp_path: Path) -> None:
         again = cur.execute("SELECT version, name, applied_at FROM schema_migrations").fetchall()
         assert migrations.current_version(cur) == migrations.LATEST_VERSION
     assert first == again
-    assert [(version, name) for version, name, _ in first] == [(1, "m001_initial"), (2, "m002_run_owner")]
+    assert [(version, name) for version, name, _ in first] == [
+        (1, "m001_initial"),
+        (2, "m002_run_owner"),
+        (3, "m003_run_topic"),
+    ]
 
 
 def test_a_failing_migration_leaves_the_store_at_its_old_version(

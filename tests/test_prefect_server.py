@@ -1,5 +1,5 @@
 """`prefect server start` on a loopback port: a run from the command line, checked through Prefect's API,
-and prefect.yaml's scheduled deployments applied to it."""
+and the repository's prefect.yaml (one deployment per recurring topic) deployed to it."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_a_cli_run_is_a_completed_flow_run_with_its_artifacts(server: dict[str, 
     assert by_key[f"progress-{slug}"]["data"] == 100.0
 
 
-def test_prefect_yaml_deploys_one_schedule_per_recurring_topic(server: dict[str, str]) -> None:
+def test_the_repository_prefect_yaml_deploys_one_deployment_per_topic(server: dict[str, str]) -> None:
     prefect = str(BIN / "prefect")
     subprocess.run([prefect, "work-pool", "create", "citeflow", "--type", "process"], env=server, check=True)
     deploy = subprocess.run(
@@ -106,13 +106,12 @@ def test_prefect_yaml_deploys_one_schedule_per_recurring_topic(server: dict[str,
     )
 
     assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
-    [deployment] = api(
-        server, "/deployments/filter", {"deployments": {"name": {"any_": ["recurring-topics"]}}}
-    )
-    assert deployment["entrypoint"] == "flows/research.py:research_flow"
-    assert deployment["global_concurrency_limit"]["limit"] == 1
-    schedules = {schedule["slug"]: schedule for schedule in deployment["schedules"]}
-    assert set(schedules) == {"duckdb-full-text-search", "quote-verification"}
-    question = schedules["quote-verification"]["parameters"]["question"]
-    assert question == "How does citeflow check that a quote appears on a page?"
-    assert schedules["quote-verification"]["schedule"]["cron"] == "30 6 * * *"
+    deployments = api(server, "/deployments/filter", {"deployments": {"tags": {"all_": ["citeflow"]}}})
+    by_name = {deployment["name"]: deployment for deployment in deployments}
+    assert set(by_name) == {"quote-verification", "local-search-index"}
+    quotes = by_name["quote-verification"]
+    assert quotes["entrypoint"] == "flows/research.py:research_flow"
+    assert quotes["global_concurrency_limit"]["limit"] == 1  # a topic's runs never overlap
+    assert quotes["parameters"]["question"] == "How does citeflow check that a quote appears on a page?"
+    assert quotes["parameters"]["topic"] == "quote-verification"
+    assert [schedule["schedule"]["cron"] for schedule in quotes["schedules"]] == ["30 6 * * *"]

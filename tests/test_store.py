@@ -1,11 +1,9 @@
-"""The evidence store on real DuckDB files: pages, runs, claims, user SQL, locking, threads."""
+"""The evidence store on real DuckDB files: pages, runs, claims, user SQL, threads."""
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +32,7 @@ from citeflow.contracts import (
     Trace,
 )
 from citeflow.errors import InputError, StoreError
+from storage import pages as pages_module
 from storage import store as store_module
 from storage.search import refresh_index
 from storage.store import EvidenceStore, close_stores, content_hash, get_store, read_only_query
@@ -115,17 +114,17 @@ def test_put_pages_counts_new_unchanged_changed(store: EvidenceStore) -> None:
 
 
 def test_put_pages_is_all_or_nothing(store: EvidenceStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = EvidenceStore._put_pages
+    real = pages_module.put
     inserted: list[int] = []
 
     def insert_then_fail(
-        self: EvidenceStore, cur: duckdb.DuckDBPyConnection, pages: list[PageInput], max_chars: int | None
+        cur: duckdb.DuckDBPyConnection, pages: list[PageInput], max_chars: int | None
     ) -> list:
-        real(self, cur, pages, max_chars)
+        real(cur, pages, max_chars)
         inserted.append(cur.execute("SELECT count(*) FROM pages").fetchone()[0])  # type: ignore[index]
         raise duckdb.IOException("simulated failure after the rows were written")
 
-    monkeypatch.setattr(EvidenceStore, "_put_pages", insert_then_fail)
+    monkeypatch.setattr(pages_module, "put", insert_then_fail)
     with pytest.raises(StoreError, match="could not be read or written: simulated failure.*rolled back"):
         store.put_pages([page(f"https://example.org/{n}", f"text {n}") for n in range(5)])
     assert inserted == [5]  # the rows really were in the transaction before it failed
@@ -135,14 +134,14 @@ def test_put_pages_is_all_or_nothing(store: EvidenceStore, monkeypatch: pytest.M
 def test_a_row_the_database_refuses_stores_none_of_the_batch(
     store: EvidenceStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = store_module._json_batch
+    real = pages_module.json_batch
 
     def last_without_origin(pages: list) -> str:
         rows = json.loads(real(pages))
         rows[-1]["origin"] = None  # violates NOT NULL on the last row of the batch
         return json.dumps(rows)
 
-    monkeypatch.setattr(store_module, "_json_batch", last_without_origin)
+    monkeypatch.setattr(pages_module, "json_batch", last_without_origin)
     with pytest.raises(duckdb.ConstraintException):
         store.put_pages([page(f"https://example.org/{n}", f"text {n}") for n in range(5)])
     assert count(store, "pages") == 0
@@ -174,32 +173,6 @@ def test_read_only_open_of_a_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         EvidenceStore.open(path, read_only=True)
     assert not path.exists()
-
-
-def test_a_store_held_by_another_process_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "store.duckdb"
-    EvidenceStore.open(path).close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb, sys, time; c = duckdb.connect({str(path)!r}); print('held', flush=True); "
-            "sys.stdin.readline()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(StoreError, match="in use by another citeflow process") as raised:
-            EvidenceStore.open(path)
-        assert "unchanged" in str(raised.value)
-        with pytest.raises(StoreError, match="in use by another citeflow process"):
-            read_only_query(path, "SELECT count(*) FROM pages")
-    finally:
-        holder.communicate("done\n", timeout=30)
-    EvidenceStore.open(path).close()  # usable again once the other process lets go
 
 
 def test_closed_store_refuses_use(tmp_path: Path) -> None:
@@ -376,10 +349,11 @@ def test_read_only_query_uses_its_own_connection(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         read_only_query(tmp_path / "missing.duckdb", "SELECT 1")
     assert read_only_query(path, "SELECT count(*) FROM pages")[1] == [(1,)]
-    get_store(path)  # this process now holds the store read-write: the query runs on that connection
     try:
-        with pytest.raises(InputError, match="file system operations are disabled"):
-            read_only_query(path, f"SELECT * FROM read_csv('{outside}')")
+        with get_store(path).session():  # held read-write by this process: the query joins that connection
+            with pytest.raises(InputError, match="file system operations are disabled"):
+                read_only_query(path, f"SELECT * FROM read_csv('{outside}')")
+            assert read_only_query(path, "SELECT count(*) FROM pages")[1] == [(1,)]
     finally:
         close_stores()
 
@@ -432,7 +406,10 @@ def test_threads_share_one_store_and_append_claims_concurrently(tmp_path: Path) 
     finally:
         close_stores()
     assert seen[0].closed
-    assert get_store(path) is not seen[0]  # a closed store is reopened, not handed out
+    assert not seen[0].file_is_open  # the last thread to leave released the file
+    with pytest.raises(StoreError, match="closed"):
+        seen[0].page_count()
+    assert get_store(path) is not seen[0]  # a closed store is replaced, not handed out
     close_stores()
     assert store_module._stores == {}
 
@@ -515,3 +492,16 @@ def test_every_recipe_in_the_schema_guide_runs_and_finds_rows(tmp_path: Path) ->
     for recipe in recipes:
         columns, rows = read_only_query(path, recipe.replace("RUN_ID", run))
         assert columns and rows, recipe
+
+
+def test_duckdb_running_out_of_memory_is_one_store_error_and_stores_nothing(store: EvidenceStore) -> None:
+    with store.session():
+        with store.cursor() as cur:
+            cur.execute("SET memory_limit = '8MB'")  # for this open of the file only
+        with pytest.raises(StoreError, match="ran out of memory: failed to allocate") as raised:
+            store.put_pages(
+                [page(f"https://example.org/{n}", f"{n} " + "lava " * 400_000) for n in range(10)]
+            )
+    assert str(raised.value).endswith("(this step was rolled back; everything stored before it is intact)")
+    assert "\n" not in str(raised.value)
+    assert store.page_count() == 0
