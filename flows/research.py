@@ -227,7 +227,14 @@ def final_state(report: Report) -> Report | State:
     return report
 
 
-@flow(name="citeflow-research", task_runner=ThreadPoolTaskRunner(max_workers=4))
+# The pool only holds threads; what may run at once is limited where it costs: model calls in flight per
+# endpoint (models.max_concurrent_per_endpoint, at most 64) and requests per web host (web.per_domain_*).
+# A pool smaller than those limits queued tasks that could have started (16 pages verified 4 at a time
+# took four model round trips instead of one), and an idle thread costs nothing.
+TASK_WORKERS = 64
+
+
+@flow(name="citeflow-research", task_runner=ThreadPoolTaskRunner(max_workers=TASK_WORKERS))
 def research_flow(
     question: str,
     settings: dict[str, Any] | None = None,
