@@ -232,7 +232,7 @@ def critical_path(results: Results, sim: Any, folder: Path, size: Size) -> Any:
 
 
 def overhead(results: Results, sim: Any, folder: Path, size: Size) -> None:
-    from flow_runs import direct_run, flow_run
+    from flow_runs import direct_run, flow_run, median_run
     from simulation import QUESTION
 
     prefect, direct = [], []
@@ -250,11 +250,7 @@ def overhead(results: Results, sim: Any, folder: Path, size: Size) -> None:
         f"+{added:.0%} ({seconds(with_prefect)} vs {seconds(without)}, medians of {size.repeats})",
         "<= +15%", added <= 0.15,
     )  # fmt: skip
-    stage_table(
-        results,
-        f"the same stages without Prefect, {shape} (median run)",
-        sorted(direct, key=lambda r: r.wall)[len(direct) // 2],
-    )
+    stage_table(results, f"the same stages without Prefect, {shape} (median run)", median_run(direct))
 
 
 def reruns(results: Results, sim: Any, folder: Path, size: Size) -> None:
@@ -282,6 +278,11 @@ def reruns(results: Results, sim: Any, folder: Path, size: Size) -> None:
             f"{seconds(run.wall)} of {seconds(first.wall)} ({wall:.0%})",
             "<= 10% of calls, <= 30% of wall", calls <= 0.10 and wall <= 0.30,
         )  # fmt: skip
+    results.note(
+        f"- re-run with one page changed: its own critical path (research again, verify the changed page, "
+        f"synthesise and critique its new claims) is {changed.ideal:.2f} s, {changed.ideal / first.wall:.0%} "
+        "of the first run's wall time, before any orchestration."
+    )
     stage_table(results, "re-run, first run", first)
     stage_table(results, "re-run, unchanged", again)
     stage_table(results, "re-run, one page changed", changed)
@@ -294,11 +295,8 @@ def tokens(results: Results, run: Any, size: Size) -> None:
         f"<= 60,000 (seed design: {SEED_DESIGN_TOKENS:,})", run.tokens <= 60_000,
     )  # fmt: skip
     for role, usage in sorted(run.roles.items()):
-        results.add(
-            "6",
-            f"  {role}",
-            f"{usage.calls} calls: {usage.prompt:,} prompt + {usage.completion:,} completion tokens",
-        )
+        calls = f"{usage.calls} calls: {usage.prompt:,} prompt + {usage.completion:,} completion"
+        results.add("6", f"tokens, {role}", calls)
 
 
 def import_seconds() -> float:
@@ -455,6 +453,10 @@ run); `--refresh` makes every stage compute.
 """
 
 
+def by_item(row: Row) -> str:
+    return row.item
+
+
 def write_results(path: Path, results: Results, size: Size, took: float, load: str) -> None:
     header = ["#", "figure", "measured", "target", "met?"]
     lines = [
@@ -469,7 +471,9 @@ def write_results(path: Path, results: Results, size: Size, took: float, load: s
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
-        *("| " + " | ".join(row.cells(results.compare)) + " |" for row in results.rows),
+        *("| " + " | ".join(row.cells(results.compare)) + " |" for row in sorted(results.rows, key=by_item)),
+        "",
+        "Where a target is missed, benchmarks/PROFILES.md says where the time goes, measured by profiling.",
         "",
         "## Where each run's time went",
         "",

@@ -8,7 +8,6 @@ Prefect must already point at a server (PREFECT_API_URL) when `flow_run` is call
 from __future__ import annotations
 
 import contextvars
-import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import Any
 
 from citeflow.config import load_settings
 from citeflow.contracts import Claim, ClaimStatus, Critique, Draft, Report, SynthesisInput
-from citeflow.process import this_process
+from flows.lifecycle import owned_run
 from flows.research import TASK_WORKERS, StageClock, record_degradations, research_flow, run_metrics
 from storage.store import get_store
 from tasks.context import open_run_context
@@ -168,10 +167,9 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
     clock = StageClock()
     with (
         open_run_context(run_id, question, loaded, store) as run,
+        owned_run(store, run_id, question, loaded, run.engine.name),
         ThreadPoolExecutor(max_workers=TASK_WORKERS) as pool,
     ):
-        store.start_run(run_id, question, run.engine.name, loaded.search, loaded.stored_json(),
-                        loaded.digest(), this_process())  # fmt: skip
 
         def submit(function: Callable[..., Any], *args: Any) -> Future[Any]:
             return pool.submit(contextvars.copy_context().run, function, *args)
@@ -222,7 +220,3 @@ def median_run(runs: list[RunFigures]) -> RunFigures:
     """The run of median wall time (the upper median for an even count)."""
     ordered = sorted(runs, key=lambda run: run.wall)
     return ordered[len(ordered) // 2]
-
-
-def mean_wall(runs: list[RunFigures]) -> float:
-    return statistics.mean(run.wall for run in runs)
