@@ -11,8 +11,9 @@ text), and measures, in a fresh store:
                of two or three words, ten results each;
   refresh      the search-index refresh after `added` more pages are stored;
   put_page     one page stored as a web researcher stores a fetched page, in the full store;
-  aggregate    a `citeflow sql` aggregate (claims per source host, with the verified share) over `claims`
-               generated claims joined to the pages they quote;
+  aggregate    two `citeflow sql` aggregates over `claims` generated claims (each the median of 5): the
+               claims alone (statuses and reasons across all runs), and joined to the pages they quote
+               (claims per source host);
   size         the store file after a checkpoint.
 """
 
@@ -38,14 +39,20 @@ from storage.search import LocalSearch, refresh_index  # noqa: E402
 from storage.store import EvidenceStore  # noqa: E402
 
 VOCABULARY = 30_000
-AGGREGATE_SQL = """
-SELECT regexp_extract(p.canonical_url, '//([^/]+)', 1) AS host,
-       count(*) AS claims,
-       avg(CASE WHEN c.status = 'verified' THEN 1 ELSE 0 END) AS verified_share,
-       count(DISTINCT c.run_id) AS runs
-FROM claims c JOIN pages p ON p.id = c.page_id
-GROUP BY host ORDER BY claims DESC LIMIT 20
-"""
+# Two `citeflow sql` aggregates over every claim of every run: the claims alone, and joined to their pages.
+AGGREGATES = {
+    "rejection reasons across all runs": """
+        SELECT status, reason, count(*) AS claims, count(DISTINCT run_id) AS runs, avg(length(quote)) AS chars
+        FROM claims GROUP BY ALL ORDER BY claims DESC
+    """,
+    "claims per source host, joined to their pages": """
+        WITH hosts AS (SELECT id, regexp_extract(canonical_url, '//([^/]+)', 1) AS host FROM pages)
+        SELECT h.host, count(*) AS claims, count(DISTINCT c.run_id) AS runs,
+               avg(CASE WHEN c.status = 'verified' THEN 1 ELSE 0 END) AS verified_share
+        FROM claims c JOIN hosts h ON h.id = c.page_id
+        GROUP BY h.host ORDER BY claims DESC LIMIT 20
+    """,
+}
 
 
 @dataclass
@@ -60,7 +67,7 @@ class StoreFigures:
     refresh_seconds: float = 0.0
     put_page_ms: float = 0.0
     claims: int = 0
-    aggregate_ms: list[float] = field(default_factory=list)
+    aggregate_ms: dict[str, list[float]] = field(default_factory=dict)
     size_bytes: int = 0
 
     @property
@@ -71,9 +78,8 @@ class StoreFigures:
         ordered = sorted(self.search_ms)
         return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
-    @property
-    def aggregate_median_ms(self) -> float:
-        return statistics.median(self.aggregate_ms)
+    def aggregate_median_ms(self, name: str) -> float:
+        return statistics.median(self.aggregate_ms[name])
 
 
 class Corpus:
@@ -189,10 +195,11 @@ def measure(folder: Path, pages: int, added: int, claims: int, searches: int = 1
 
         generate_claims(store, claims)
         figures.claims = claims
-        for _ in range(5):
-            started = time.perf_counter()
-            store.query(AGGREGATE_SQL)
-            figures.aggregate_ms.append((time.perf_counter() - started) * 1000)
+        for name, sql in AGGREGATES.items():
+            for _ in range(5):
+                started = time.perf_counter()
+                store.query(sql)
+                figures.aggregate_ms.setdefault(name, []).append((time.perf_counter() - started) * 1000)
 
         with store.cursor() as cur:
             cur.execute("CHECKPOINT")
@@ -218,7 +225,8 @@ def main() -> None:
     )
     print(f"refresh   {figures.refresh_seconds:.2f} s after {figures.added:,} pages added")
     print(f"put_page  {figures.put_page_ms:.1f} ms (median of 10)")
-    print(f"aggregate {figures.aggregate_median_ms:.0f} ms over {figures.claims:,} claims (median of 5)")
+    for name in AGGREGATES:
+        print(f"aggregate {figures.aggregate_median_ms(name):.0f} ms over {figures.claims:,} claims: {name}")
     print(f"size      {figures.size_bytes / 1e6:.0f} MB")
 
 
