@@ -76,7 +76,7 @@ class Caps(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     subquestions_min: int = Field(3, ge=1, description="The planner aims for at least this many.")
-    subquestions_max: int = Field(5, ge=1, le=10, description="Sub-questions beyond this are dropped.")
+    subquestions_max: int = Field(5, ge=1, le=20, description="Sub-questions beyond this are dropped.")
     pages_per_search: int = Field(4, ge=1, le=20, description="Search results read per sub-question.")
     pages_verified_max: int = Field(16, ge=1, description="Distinct pages whose claims a run verifies.")
     claims_per_page: int = Field(3, ge=1, le=20, description="Claims proposed from one page.")

@@ -240,6 +240,13 @@ def final_state(report: Report) -> Report | State:
     return report
 
 
+# The pool only holds threads; what may run at once is limited where it costs: model calls in flight per
+# endpoint (models.max_concurrent_per_endpoint, at most 64) and requests per web host (web.per_domain_*).
+# A pool smaller than those limits queued tasks that could have started (16 pages verified 4 at a time
+# took four model round trips instead of one), and an idle thread costs nothing.
+TASK_WORKERS = 64
+
+
 def run_name() -> str:
     """A flow run's name in the Prefect UI: its topic (or its question) and the day it ran."""
     parameters = flow_run.parameters
@@ -247,7 +254,11 @@ def run_name() -> str:
     return f"{label}-{datetime.now(UTC):%Y-%m-%d}"
 
 
-@flow(name="citeflow-research", flow_run_name=run_name, task_runner=ThreadPoolTaskRunner(max_workers=4))
+@flow(
+    name="citeflow-research",
+    flow_run_name=run_name,
+    task_runner=ThreadPoolTaskRunner(max_workers=TASK_WORKERS),
+)
 def research_flow(
     question: str,
     settings: dict[str, Any] | None = None,

@@ -65,6 +65,13 @@ def role_of(received: Received) -> str:
     return ROLE_BY_SCHEMA.get(schema, "unknown")
 
 
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver listens with a backlog of 5: a run's 16 concurrent verify calls overflowed it, and each
+    # dropped connection attempt was retried by the kernel only after a second.
+    request_queue_size = 128
+
+
 class ScriptedServer:
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
@@ -73,8 +80,7 @@ class ScriptedServer:
         self.max_in_flight = 0
         self._in_flight = 0
         self._lock = threading.Lock()
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._http.daemon_threads = True
+        self._http = _HttpServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
 
     @property

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+import storage.search as search_module
 from citeflow.contracts import Origin, PageInput
 from citeflow.search import Searcher
 from storage.ingest import ingest_paths
-from storage.search import SNIPPET_CHARS, LocalSearch, index_is_stale, snippet
+from storage.search import SNIPPET_CHARS, LocalSearch, index_is_stale, refresh_index, snippet
 from storage.store import EvidenceStore
 
 
@@ -190,3 +191,122 @@ def test_threads_store_pages_and_search_at_the_same_time(tmp_path: Path) -> None
             worker.join(timeout=60)
         assert not failures, failures
         assert len(search.search("lava flow", 100)) == 60
+
+
+# The ranking fts's own match_bm25 macro gives, as the search used to compute it for every page.
+MATCH_BM25_RANKING = """
+SELECT id FROM (
+    SELECT p.id, fts_main_pages.match_bm25(p.id, $query) AS overall,
+           fts_main_pages.match_bm25(p.id, $query, fields := 'title') AS in_title
+    FROM pages p
+    QUALIFY row_number() OVER (PARTITION BY canonical_url ORDER BY stored_at DESC) = 1
+)
+WHERE overall IS NOT NULL
+ORDER BY overall + 2.0 * coalesce(in_title, 0) DESC, id
+LIMIT 10
+"""
+INDEX_CONTENT = """
+SELECT d.name, t.fieldid, dict.term, dict.df, d.len, count(*) AS occurrences
+FROM fts_main_pages.terms t
+JOIN fts_main_pages.docs d USING (docid)
+JOIN fts_main_pages.dict dict USING (termid)
+GROUP BY ALL
+"""
+
+
+def _rows(store: EvidenceStore, sql: str, **params: object) -> list[tuple]:
+    with store.session(), store.cursor() as cur:
+        store.load_fts()  # fts's macros (match_bm25) need the extension
+        return cur.execute(sql, params or None).fetchall()
+
+
+def _ingest_in_batches(store: EvidenceStore, records: list[dict], batches: int) -> None:
+    size = len(records) // batches + 1
+    for start in range(0, len(records), size):
+        store.put_pages(
+            [PageInput(url=r["url"], title=r["title"], text=r["text"], origin=Origin.ingested)
+             for r in records[start : start + size]]
+        )  # fmt: skip
+        refresh_index(store)
+
+
+def test_an_index_grown_page_batch_by_batch_is_the_one_fts_builds_at_once(
+    store: EvidenceStore, corpus_records: list[dict]
+) -> None:
+    _ingest_in_batches(store, corpus_records, batches=4)
+    grown = sorted(_rows(store, INDEX_CONTENT))
+    stats = _rows(store, "SELECT num_docs, avgdl FROM fts_main_pages.stats")
+    with store.session(), store.cursor() as cur:
+        store.load_fts()  # the extension loads when a session first needs it
+        cur.execute("PRAGMA create_fts_index('pages', 'id', 'title', 'text', overwrite = 1)")
+    assert grown == sorted(_rows(store, INDEX_CONTENT))
+    assert stats == _rows(store, "SELECT num_docs, avgdl FROM fts_main_pages.stats")
+    assert len(grown) > 10_000
+
+
+def test_the_search_ranks_pages_as_fts_match_bm25_does(
+    store: EvidenceStore, corpus_records: list[dict]
+) -> None:
+    _ingest_in_batches(store, corpus_records, batches=3)
+    store.put_page(  # a second version of a page: only the latest may be found
+        PageInput(url=corpus_records[0]["url"], title=corpus_records[0]["title"],
+                  text=corpus_records[0]["text"] + " Revised.", origin=Origin.fetched)
+    )  # fmt: skip
+    refresh_index(store)
+    search = LocalSearch(store)
+    queries = [record["title"] for record in corpus_records[::40]] + [
+        "album released 1998",
+        "river of Europe",
+    ]
+    for query in queries:
+        expected = [row[0] for row in _rows(store, MATCH_BM25_RANKING, query=query)]
+        assert [result.page_id for result in search.search(query, 10)] == expected, query
+
+
+def test_a_refresh_adds_only_the_new_pages(store: EvidenceStore) -> None:
+    def page(n: int) -> PageInput:
+        url, text = f"https://example.org/{n}", f"Basalt column {n} cools."
+        return PageInput(url=url, title=f"Basalt {n}", text=text, origin=Origin.fetched)
+
+    for n in range(3):
+        store.put_page(page(n))
+    refresh_index(store)
+    before = _rows(store, "SELECT docid, name, len FROM fts_main_pages.docs ORDER BY docid")
+    store.put_page(page(3))
+    refresh_index(store)
+    after = _rows(store, "SELECT docid, name, len FROM fts_main_pages.docs ORDER BY docid")
+    assert after[:3] == before and len(after) == 4
+    assert _rows(store, "SELECT df FROM fts_main_pages.dict WHERE term = 'basalt'") == [(4,)]
+    assert _rows(store, "SELECT num_docs FROM fts_main_pages.stats") == [(4,)]
+
+
+def test_compaction_orders_the_terms_and_changes_no_result(
+    store: EvidenceStore, corpus_records: list[dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_module, "COMPACT_MIN_PAGES", 50)
+    _ingest_in_batches(store, corpus_records[:300], batches=1)  # one batch: appended in term order
+    assert _rows(store, "SELECT docs FROM fts_main_pages.compacted") == [(300,)]
+    _ingest_in_batches(store, corpus_records[300:330], batches=1)  # 30 new pages: below the threshold
+    assert _rows(store, "SELECT docs FROM fts_main_pages.compacted") == [(300,)]
+    before = [(r.page_id, r.rank) for r in LocalSearch(store).search("film director", 10)]
+    with store.cursor() as cur:  # the same pages, compacted: the ranking may not change
+        cur.execute("UPDATE fts_main_pages.compacted SET docs = 1")
+        cur.execute("DELETE FROM search_index")  # so the next search refreshes, and compacts
+    monkeypatch.setattr(search_module, "COMPACT_MIN_PAGES", 10)
+    assert [(r.page_id, r.rank) for r in LocalSearch(store).search("film director", 10)] == before
+    assert _rows(store, "SELECT docs FROM fts_main_pages.compacted") == [(330,)]
+    termids = [row[0] for row in _rows(store, "SELECT termid FROM fts_main_pages.terms")]
+    assert termids == sorted(termids)
+
+
+def test_an_index_built_by_fts_itself_is_rebuilt_in_the_new_layout(store: EvidenceStore) -> None:
+    stored, _ = store.put_page(
+        PageInput(url="https://example.org/obsidian", title="Obsidian", text="Obsidian is volcanic glass.",
+                  origin=Origin.fetched)
+    )  # fmt: skip
+    with store.session(), store.cursor() as cur:  # as a store indexed by an earlier citeflow holds it
+        store.load_fts()
+        cur.execute("PRAGMA create_fts_index('pages', 'id', 'title', 'text', overwrite = 1)")
+        cur.execute("INSERT INTO search_index VALUES (0, NULL, now())")
+    assert [r.page_id for r in LocalSearch(store).search("volcanic glass", 5)] == [stored.id]
+    assert _rows(store, "SELECT docs FROM fts_main_pages.compacted") == [(1,)]

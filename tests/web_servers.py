@@ -107,6 +107,7 @@ Route = Callable[[Request], Reply]
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # not socketserver's 5: concurrent fetches must not wait for a SYN retry
     connections = 0
     sent = 0
     routes: dict[str, Route]

@@ -55,8 +55,13 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # 16, the default caps.pages_verified_max: a run's pages are verified in one round of model calls.
     max_concurrent_per_endpoint: int = Field(
-        default=4, ge=1, le=64, description="Calls in flight per base URL."
+        default=16,
+        ge=1,
+        le=64,
+        description="Calls in flight per base URL. A local server with fewer parallel slots queues the rest "
+        "itself; set its slot count if queued calls come near timeout_seconds.",
     )
     cost_budget: float | None = Field(
         default=None, ge=0, description="Spend per run; needs a price for each model."

@@ -1,0 +1,52 @@
+"""At the default settings the flow sends every page's verification to the model at once: the task runner's
+pool is no limit, and the model endpoint's slots (models.max_concurrent_per_endpoint) are as many as the
+pages a run verifies by default."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from role_server import PLAN, QUESTION, RoleServer, ingested, models_for
+
+from citeflow.config import Caps
+from citeflow.contracts import Report
+from citeflow.llm.settings import Limits
+from flows.research import TASK_WORKERS
+
+
+def test_the_default_limits_verify_every_page_in_one_round() -> None:
+    assert Limits().max_concurrent_per_endpoint >= Caps().pages_verified_max
+    most_slots = Limits.model_fields["max_concurrent_per_endpoint"].metadata[1].le
+    assert most_slots <= TASK_WORKERS
+
+
+@pytest.fixture
+def slow_server() -> Iterator[RoleServer]:
+    with RoleServer(delay=0.5) as server:
+        yield server
+
+
+def test_every_page_is_verified_at_the_same_time(
+    prefect_api: None, slow_server: RoleServer, tmp_path: Path
+) -> None:
+    from flows.research import research_flow
+
+    # Four pages for each sub-question's query: eight verifications, more than the old pool of four.
+    founding = "Acme Corp was founded by Jane Doe in 1947; this is part {n} of its founding history."
+    products = "Acme Corp products include anvils and rockets; this is part {n} of its products catalogue."
+    pages = [
+        {"url": f"https://example.org/{kind}-{n}", "title": f"Acme Corp {kind} {n}", "text": text.format(n=n)}
+        for kind, text in [("history", founding), ("products", products)]
+        for n in range(4)
+    ]
+    db = ingested(tmp_path, pages)
+    settings = {"db": str(db), "reports": str(tmp_path / "reports"), **models_for(slow_server)}
+    state = research_flow(question=QUESTION, settings=settings, return_state=True)
+    report = state.result(raise_on_failure=False)
+    assert isinstance(report, Report), state.message
+    verifier_calls = slow_server.of("verifier")
+    assert len(verifier_calls) == len(pages) == 4 * len(PLAN["subquestions"])
+    first, last = min(r.at for r in verifier_calls), max(r.at for r in verifier_calls)
+    assert last - first < 0.4, "a verification waited for another to finish"
