@@ -24,6 +24,13 @@ class Caps(BaseModel):
     revisions_max: int = Field(2, ge=0, le=2, description="Synthesiser revisions after a critique.")
     token_budget: int = Field(200_000, ge=0, description="Model tokens (prompt + completion) per run.")
     quote_min_chars: int = Field(20, ge=1, description="Shorter quotes are rejected: they prove nothing.")
+    claim_support_min: float = Field(
+        0.6,
+        ge=0.0,
+        le=1.0,
+        description="Share of a claim's content words (stemmed) its quote must hold, names and numbers "
+        "aside (those must all be there); a claim whose text is its quote holds them all.",
+    )
     page_text_max_chars: int = Field(
         200_000, ge=1000, description="Page text beyond this is cut before storing."
     )
