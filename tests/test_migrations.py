@@ -69,6 +69,8 @@ EXPECTED_SCHEMA = {
         "prompt_hash",
         "detail",
         "called_at",
+        "prompt",
+        "reply",
     ],
     "traces": ["run_id", "stage", "subquestion_id", "actor", "started_at", "ended_at", "outcome", "detail"],
     "errors": ["run_id", "stage", "subquestion_id", "detail", "recorded_at"],
@@ -104,7 +106,31 @@ def test_reopening_does_not_rerun_migrations(tmp_path: Path) -> None:
     with EvidenceStore.open(path) as store, store.cursor() as cur:
         again = cur.execute("SELECT version, name, applied_at FROM schema_migrations").fetchall()
         assert migrations.current_version(cur) == migrations.LATEST_VERSION
-    assert first == again == [(1, "m001_initial", first[0][2])]
+    assert first == again
+    assert [(version, name) for version, name, _ in first] == [
+        (1, "m001_initial"),
+        (2, "m002_model_call_text"),
+    ]
+
+
+def test_a_version_1_store_gains_the_model_call_text_columns(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(
+            "CREATE TABLE schema_migrations ("
+            "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        migrations.m001_initial(con)
+        con.execute("INSERT INTO schema_migrations VALUES (1, 'm001_initial', now()::TIMESTAMP)")
+        con.execute(
+            "INSERT INTO model_calls VALUES ('r', 'planner', 'm', 'http://127.0.0.1:9/v1', 1, 2, false, "
+            "0.1, 1, 'ok', 'h', '', now()::TIMESTAMP)"
+        )
+        assert migrations.migrate(con) == migrations.LATEST_VERSION == 2
+        assert con.execute("SELECT role, prompt, reply FROM model_calls").fetchall() == [("planner", "", "")]
+    finally:
+        con.close()
 
 
 def test_a_failing_migration_leaves_the_store_at_its_old_version(
@@ -117,12 +143,12 @@ def test_a_failing_migration_leaves_the_store_at_its_old_version(
         con.execute("CREATE TABLE half_done (a INTEGER)")
         con.execute("SELECT * FROM no_such_table")
 
-    monkeypatch.setattr(migrations, "MIGRATIONS", [migrations.m001_initial, m002_broken])
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, m002_broken])
     con = duckdb.connect(str(path))
     try:
         with pytest.raises(duckdb.CatalogException):
             migrations.migrate(con)
-        assert migrations.current_version(con) == 1
+        assert migrations.current_version(con) == migrations.LATEST_VERSION
         tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         assert "half_done" not in tables
     finally:
