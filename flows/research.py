@@ -47,7 +47,7 @@ from citeflow.extractive import extractive_engine
 from citeflow.llm.errors import ModelRejected
 from citeflow.llm.roles import ModelEngine, build_engine
 from citeflow.llm.settings import load_model_settings
-from citeflow.roles import Engine
+from citeflow.roles import FALLBACK_STAGE_SUFFIX, Degradation, Engine, degradation_caveats
 from citeflow.web.research import WebResearch, open_research
 from citeflow.web.settings import WebSettings
 from storage.store import EvidenceStore, get_store
@@ -89,7 +89,10 @@ def not_rejected(task: Task, task_run: TaskRun, state: State) -> bool:
 @task(name="plan", retries=1, retry_delay_seconds=2, retry_condition_fn=not_rejected)
 def plan_task(run_id: str, settings: Settings, question: str) -> list[SubQuestion]:
     engine = _services[run_id].engine
-    return plan(get_store(settings.db), engine, run_id, question, settings.caps.subquestions_max)
+    caps = settings.caps
+    return plan(
+        get_store(settings.db), engine, run_id, question, caps.subquestions_max, caps.subquestions_min
+    )
 
 
 # No Prefect timeout_seconds on these sync tasks: it cannot interrupt a worker thread (measured), so
@@ -124,16 +127,17 @@ def verify_task(
     run_id: str, settings: Settings, subquestion: SubQuestion, page_id: str, claim_prefix: str
 ) -> list[Claim]:
     engine = _services[run_id].engine
+    caps = settings.caps
     return verify_page(
         get_store(settings.db),
-        engine.extractor,
-        engine.name,
+        engine,
         run_id,
         subquestion,
         page_id,
         claim_prefix,
-        settings.caps.claims_per_page,
-        settings.caps.quote_min_chars,
+        caps.claims_per_page,
+        caps.quote_min_chars,
+        caps.claim_support_min,
     )
 
 
@@ -143,12 +147,17 @@ def write_task(run_id: str, settings: Settings, request: SynthesisInput) -> Revi
     return write_report(models.engine, request, settings.caps.revisions_max, models.budget.may_start_revision)
 
 
-def record_degradations(store: EvidenceStore, run_id: str, models: ModelEngine, stage: str) -> None:
-    """A role that fell back to its safe default is an error row, and so a caveat of the report."""
+def record_degradations(
+    store: EvidenceStore, run_id: str, models: ModelEngine, stage: StageMetrics, done: list[Degradation]
+) -> None:
+    """Each fallback of the stage: an error row with the full reason, a count in the stage's metrics,
+    and (through `done`) a short caveat of the report."""
     for degradation in models.degradations.drain():
         subject = f" ({degradation.subject})" if degradation.subject else ""
-        detail = f"the {degradation.role} fell back to its default{subject}: {degradation.reason}"
-        store.add_error(RunError(run_id=run_id, stage=stage, detail=detail))
+        detail = f"the {degradation.role} fell back to the extractive engine{subject}: {degradation.reason}"
+        store.add_error(RunError(run_id=run_id, stage=f"{stage.stage}{FALLBACK_STAGE_SUFFIX}", detail=detail))
+        stage.degradations += 1
+        done.append(degradation)
 
 
 def settled(
@@ -207,6 +216,7 @@ def run_metrics(store: EvidenceStore, run_id: str, clock: StageClock, started: f
         model_calls=sum(role.calls for role in usage.values()),
         tokens_in=sum(role.prompt_tokens for role in usage.values()),
         tokens_out=sum(role.completion_tokens for role in usage.values()),
+        degradations=sum(metrics.degradations for metrics in stages),
     )
 
 
@@ -289,9 +299,10 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
     progress = create_progress_artifact(progress=0.0, key=f"progress-{key}", description=f"Run {run_id}")
     clock = StageClock()
 
-    with clock.stage("plan"):
+    degraded: list[Degradation] = []
+    with clock.stage("plan") as metrics:
         subquestions = plan_task(run_id, settings, question)
-    record_degradations(store, run_id, models, "plan")
+        record_degradations(store, run_id, models, metrics, degraded)
     logger.info("plan: %d sub-questions: %s", len(subquestions), " | ".join(s.text for s in subquestions))
     update_progress_artifact(progress, 10.0)
 
@@ -322,7 +333,7 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
             for n, (page_id, subquestion_id) in enumerate(pages, start=1)
         ]
         settled(store, run_id, "verify", verifying, [subquestion_id for _, subquestion_id in pages])
-        record_degradations(store, run_id, models, "verify")
+        record_degradations(store, run_id, models, metrics, degraded)
         numbered = store.number_sources(run_id)
         claims = store.claims(run_id, ClaimStatus.verified)
         metrics.pages = pages_verified
@@ -338,7 +349,7 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
                 question=question, subquestions=subquestions, claims=claims, sources=numbered
             )
             review = write_task(run_id, settings, request)
-            record_degradations(store, run_id, models, "write")
+            record_degradations(store, run_id, models, metrics, degraded)
             metrics.sentences_removed = len(review.removed)
             logger.info(
                 "write: %d sentences kept, %d removed, %d revisions",
@@ -361,7 +372,7 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
         pages_verified,
         run_metrics(store, run_id, clock, started),
         Path(settings.reports),
-        models.budget.caveats(),
+        degradation_caveats(degraded) + models.budget.caveats(),
     )
     publish_artifacts(report)
     update_progress_artifact(progress, 100.0)

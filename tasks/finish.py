@@ -17,8 +17,12 @@ from citeflow.contracts import (
     Source,
     SubQuestion,
 )
+from citeflow.roles import CAVEAT_MAX_CHARS, FALLBACK_STAGE_SUFFIX
 from storage.store import EvidenceStore
 from tasks.writer import Review
+
+# A sub-question quoted in a caveat is cut to this, so the caveat stays one short line.
+SUBQUESTION_SHOWN_CHARS = 150
 
 
 def slug(text: str, limit: int = 48) -> str:
@@ -43,7 +47,9 @@ def caveats_for(
         )
     answered = {claim.subquestion_id for claim in claims}
     caveats += [
-        f'No verified evidence was found for "{sub.text}".' for sub in subquestions if sub.id not in answered
+        f'No verified evidence was found for "{shortened(sub.text, SUBQUESTION_SHOWN_CHARS)}".'
+        for sub in subquestions
+        if sub.id not in answered
     ]
     if review is not None and review.removed:
         checks = sorted({reason.split(":")[0] for reason in review.removed.values()})
@@ -54,6 +60,18 @@ def caveats_for(
     if review is not None and review.caveat:
         caveats.append(review.caveat)
     return caveats
+
+
+def shortened(text: str, limit: int) -> str:
+    """The text on one line, cut to `limit` characters with an ellipsis when longer."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
+
+
+def error_caveat(error: RunError) -> str:
+    """A run error as one caveat line of at most CAVEAT_MAX_CHARS; the full text stays in its row."""
+    where = error.stage + (f" for {error.subquestion_id}" if error.subquestion_id else "")
+    return shortened(f"{where}: {error.detail}", CAVEAT_MAX_CHARS)
 
 
 def run_status(review: Review | None, caveats: list[str]) -> RunStatus:
@@ -143,17 +161,17 @@ def finish(
     pages_verified: int,
     metrics: RunMetrics,
     reports_dir: Path,
-    budget_caveats: list[str],
+    model_caveats: list[str],
 ) -> Report:
     """Assemble, store and write the report. `claims` are the verified claims of the run;
-    `budget_caveats` say what the model budget stopped, if anything."""
+    `model_caveats` say where roles fell back and what the model budget stopped, one line each (the
+    error rows of fallbacks are not repeated)."""
     errors = [
-        f"{error.stage}"
-        + (f" for {error.subquestion_id}" if error.subquestion_id else "")
-        + f": {error.detail}"
+        error_caveat(error)
         for error in store.errors(run_id)
+        if not error.stage.endswith(FALLBACK_STAGE_SUFFIX)
     ]
-    caveats = caveats_for(subquestions, claims, review, errors + budget_caveats, pages_found, pages_verified)
+    caveats = caveats_for(subquestions, claims, review, errors + model_caveats, pages_found, pages_verified)
     status = run_status(review, caveats)
     markdown = render_markdown(question, engine_name, status, subquestions, review, sources, caveats)
     sentences = report_sentences(run_id, review)
@@ -178,7 +196,7 @@ def finish(
         markdown=markdown,
         report_path=path,
         sources=[source for source in sources if source.id in cited],
-        claims=claims,
+        claims=[claim for claim in claims if claim.source_id in cited],  # only claims it lists sources of
         sentences=kept,
         caveats=caveats,
         metrics=metrics,

@@ -1,38 +1,105 @@
-"""Plan: split the question into sub-questions, with the cap and the numbering enforced here."""
+"""Plan: split the question into sub-questions, with the cap, the minimum and the numbering enforced here.
+
+The question itself is always the first sub-question, so whatever a planner proposes the question is
+researched. A proposed sub-question that shares no content word with the question is not about it and
+is dropped. When a model planner fails or proposes nothing about the question, the fallback's (the
+extractive planner's) plan replaces its plan; when it leaves the plan short of the minimum, the
+fallback's sub-questions fill it; either way the run records the degradation.
+"""
 
 from __future__ import annotations
 
-from citeflow.contracts import SubQuestion
+from citeflow.contracts import Outcome, SubQuestion
+from citeflow.llm.errors import DegradableError
 from citeflow.roles import Engine
-from citeflow.text import normalise
+from citeflow.text import content_stems, normalise
 from storage.store import EvidenceStore
 from tasks.tracing import traced
 
 
-def enforce_plan(question: str, proposed: list[SubQuestion], max_subquestions: int) -> list[SubQuestion]:
-    """Whatever a planner proposed: drop empty and duplicate sub-questions, cap the count, number them
-    q1..qN in order. With nothing usable left, the question itself is the one sub-question."""
+def about_question(question: str, subquestion: SubQuestion) -> bool:
+    """Whether the sub-question shares a content word (stemmed) with the question."""
+    return bool(set(content_stems(f"{subquestion.text} {subquestion.query}")) & set(content_stems(question)))
+
+
+def enforce_plan(
+    question: str,
+    proposed: list[SubQuestion],
+    max_subquestions: int,
+    fill: list[SubQuestion] | None = None,
+    min_subquestions: int = 1,
+) -> list[SubQuestion]:
+    """The question itself, then what a planner proposed: empty and duplicate sub-questions dropped,
+    the count capped, then `fill` sub-questions added (in order) while fewer than `min_subquestions`,
+    numbered q1..qN in order."""
     seen: set[str] = set()
     kept: list[SubQuestion] = []
-    for sub in proposed:
-        text, query = sub.text.strip(), (sub.query.strip() or sub.text.strip())
+
+    def add(text: str, query: str) -> None:
+        text, query = text.strip(), (query.strip() or text.strip())
         key = normalise(query).casefold()
-        if not text or key in seen:
-            continue
-        seen.add(key)
-        kept.append(SubQuestion(id=f"q{len(kept) + 1}", position=len(kept), text=text, query=query))
-        if len(kept) == max_subquestions:
+        if text and key not in seen and len(kept) < max_subquestions:
+            seen.add(key)
+            kept.append(SubQuestion(id=f"q{len(kept) + 1}", position=len(kept), text=text, query=query))
+
+    add(question, question)
+    for sub in proposed:
+        add(sub.text, sub.query)
+    for sub in fill or []:
+        if len(kept) >= min(min_subquestions, max_subquestions):
             break
-    return kept or [SubQuestion(id="q1", position=0, text=question, query=question)]
+        add(sub.text, sub.query)
+    return kept
 
 
 def plan(
-    store: EvidenceStore, engine: Engine, run_id: str, question: str, max_subquestions: int
+    store: EvidenceStore,
+    engine: Engine,
+    run_id: str,
+    question: str,
+    max_subquestions: int,
+    min_subquestions: int = 1,
 ) -> list[SubQuestion]:
     with traced(store, run_id, "plan", engine.name) as step:
-        subquestions = enforce_plan(
-            question, engine.planner.plan(question, max_subquestions), max_subquestions
+        failure: DegradableError | None = None
+        try:
+            proposed = engine.planner.plan(question, max_subquestions)
+        except DegradableError as error:
+            proposed, failure = [], error
+        usable = [sub for sub in proposed if about_question(question, sub)]
+        subquestions = enforce_plan(question, usable, max_subquestions)
+        fill: list[SubQuestion] = []
+        if engine.fallback is not None and (
+            failure or len(subquestions) < min(min_subquestions, max_subquestions)
+        ):
+            fill = engine.fallback.planner.plan(question, max_subquestions)
+            # Nothing usable: the fallback's whole plan; some: the fallback's fills it to the minimum.
+            fewest = min_subquestions if usable else max_subquestions
+            subquestions = enforce_plan(question, usable, max_subquestions, fill, fewest)
+            record_plan_fallback(engine, failure, len(proposed), len(usable), min_subquestions)
+            step.outcome = Outcome.degraded
+        step.detail = f"{len(subquestions)} sub-questions" + (
+            f" ({len(proposed) - len(usable)} proposed ones not about the question dropped)"
+            if len(usable) < len(proposed)
+            else ""
         )
-        step.detail = f"{len(subquestions)} sub-questions"
     store.add_subquestions(run_id, subquestions)
     return subquestions
+
+
+def record_plan_fallback(
+    engine: Engine, failure: DegradableError | None, proposed: int, usable: int, min_subquestions: int
+) -> None:
+    if failure is not None:
+        reason = str(failure)
+        short = f"The planner model's plan was unusable ({failure.what}); the extractive planner's was used."
+    else:
+        reason = (
+            f"the planner proposed {proposed} sub-question(s), {usable} of them about the question; "
+            f"the plan needs {min_subquestions} with the question itself"
+        )
+        short = (
+            f"The planner model gave {usable} usable sub-question(s) of the {min_subquestions - 1} needed "
+            "beside the question; the extractive planner's filled the plan."
+        )
+    engine.degradations.add("planner", "plan", reason, short)

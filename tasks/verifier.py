@@ -1,9 +1,20 @@
-"""Verify: claims proposed from each page are kept only if their quote is found in the stored text."""
+"""Verify: claims proposed from each page are kept only if their quote is found in the stored text and
+they say what it says (citeflow/verify.py).
+
+A page longer than the engine's window is read in windows, the most relevant to the sub-question
+first, until the claims cap is reached. When the extractor's reply is unusable, or none of its claims
+passes the checks, the page is left to the fallback extractor (the extractive engine's) and the run
+records the degradation: one bad reply costs that page's model claims, never the page.
+"""
 
 from __future__ import annotations
 
-from citeflow.contracts import Claim, RunSource, SubQuestion
-from citeflow.roles import ClaimExtractor
+from collections import Counter
+
+from citeflow.contracts import Claim, ClaimDraft, ClaimStatus, Outcome, Page, RunSource, SubQuestion
+from citeflow.llm.errors import DegradableError
+from citeflow.roles import ClaimExtractor, Engine
+from citeflow.text import content_stems, split_sentences
 from citeflow.verify import verify_drafts
 from storage.store import EvidenceStore
 from tasks.tracing import traced
@@ -31,30 +42,108 @@ def select_pages(sources: list[RunSource], max_pages: int) -> tuple[list[tuple[s
     return pairs, len({source.page_id for source in sources})
 
 
+def page_windows(text: str, window_chars: int | None, query: str, windows_max: int) -> list[str]:
+    """The page text in windows of at most `window_chars`, cut between sentences (a longer sentence is
+    cut where the window ends), and the `windows_max` sharing most words with `query`, best first
+    (ties: earlier first). The whole text when it fits one window."""
+    if window_chars is None or len(text) <= window_chars:
+        return [text]
+    windows: list[str] = []
+    start = end = 0
+    for span in split_sentences(text):
+        if span.end - start > window_chars and end > start:
+            windows.append(text[start:end])
+            start = span.start
+        while span.end - start > window_chars:  # one sentence longer than a window
+            windows.append(text[start : start + window_chars])
+            start += window_chars
+        end = span.end
+    if end > start:
+        windows.append(text[start:end])
+    wanted = set(content_stems(query))
+    ranked = sorted(range(len(windows)), key=lambda n: (-len(wanted & set(content_stems(windows[n]))), n))
+    return [windows[n] for n in ranked[:windows_max]]
+
+
+def propose(
+    extractor: ClaimExtractor, subquestion: SubQuestion, page: Page, limit: int, windows: list[str]
+) -> list[ClaimDraft]:
+    """Up to `limit` drafts, window by window until the limit is reached."""
+    drafts: list[ClaimDraft] = []
+    for window in windows:
+        shown = page if window == page.text else page.model_copy(update={"text": window})
+        drafts += extractor.extract(subquestion, shown, limit - len(drafts))[: limit - len(drafts)]
+        if len(drafts) >= limit:
+            break
+    return drafts
+
+
+def _why_none_verified(drafts: list[ClaimDraft], claims: list[Claim]) -> tuple[str, str]:
+    """(full reason, a few words for the caveat) when no model claim of a page was verified."""
+    if not drafts:
+        return "the reply proposed no claims", "were none"
+    reasons = Counter(claim.reason.split(":")[0] for claim in claims)
+    listed = ", ".join(f"{reason} ({count})" for reason, count in reasons.most_common())
+    return f"all {len(drafts)} proposed claims failed the checks: {listed}", "all failed the checks"
+
+
 def verify_page(
     store: EvidenceStore,
-    extractor: ClaimExtractor,
-    actor: str,
+    engine: Engine,
     run_id: str,
     subquestion: SubQuestion,
     page_id: str,
     claim_prefix: str,
     claims_per_page: int,
     quote_min_chars: int,
+    support_min: float,
 ) -> list[Claim]:
     """Extract claims from one page for one sub-question, check each mechanically, store them all
-    (rejected ones with their reason) and return them."""
+    (rejected ones with their reason) and return them. With no claim verified and a fallback engine,
+    the fallback's claims for the same page are checked and stored too."""
     page = store.get_page(page_id)
-    with traced(store, run_id, "verify", actor, subquestion.id) as step:
-        drafts = extractor.extract(subquestion, page, claims_per_page)[:claims_per_page]
-        step.detail = f"page {page_id}: {len(drafts)} claims proposed"
-    claims = verify_drafts(
-        drafts,
-        page,
-        subquestion_id=subquestion.id,
-        run_id=run_id,
-        claim_prefix=claim_prefix,
-        min_quote_chars=quote_min_chars,
-    )
+
+    def checked(drafts: list[ClaimDraft], first: int) -> list[Claim]:
+        return verify_drafts(
+            drafts,
+            page,
+            subquestion_id=subquestion.id,
+            run_id=run_id,
+            claim_prefix=claim_prefix,
+            min_quote_chars=quote_min_chars,
+            support_min=support_min,
+            first_number=first,
+        )
+
+    with traced(store, run_id, "verify", engine.name, subquestion.id) as step:
+        windows = page_windows(page.text, engine.window_chars, subquestion.query, engine.windows_max)
+        failure: DegradableError | None = None
+        try:
+            drafts = propose(engine.extractor, subquestion, page, claims_per_page, windows)
+        except DegradableError as error:
+            drafts, failure = [], error
+        claims = checked(drafts, 1)
+        verified = sum(claim.status is ClaimStatus.verified for claim in claims)
+        read = f"{len(windows)} window(s) of {len(page.text):,} characters" if len(windows) > 1 else ""
+        step.detail = f"page {page_id}: {len(drafts)} claims proposed, {verified} verified" + (
+            f", from {read}" if read else ""
+        )
+        if engine.fallback is not None and not verified:
+            if failure is not None:
+                reason, why = str(failure), failure.what
+            else:
+                reason, why = _why_none_verified(drafts, claims)
+            fallback = engine.fallback.extractor.extract(subquestion, page, claims_per_page)[:claims_per_page]
+            rescued = checked(fallback, len(claims) + 1)
+            claims += rescued
+            kept = sum(claim.status is ClaimStatus.verified for claim in rescued)
+            engine.degradations.add(
+                "verifier",
+                page.url,
+                f"page {page_id}: {reason}; the extractive extractor verified {kept} claim(s)",
+                f"The verifier model's claims for a page {why}; the extractive extractor read the page.",
+            )
+            step.outcome = Outcome.degraded
+            step.detail += f"; extractive fallback: {kept} verified"
     store.add_claims(claims)
     return claims

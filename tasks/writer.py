@@ -1,7 +1,11 @@
 """Synthesise and critique: draft, check mechanically, let the critic judge, revise at most N times.
 
-Mechanical checks come first and a critic only sees drafts that pass them. Whatever the critic says,
-a sentence that fails a mechanical check after the last revision is removed, never shipped.
+Each draft first loses the citations that support nothing in its sentences; then the mechanical checks
+run, and a critic only sees drafts that pass them. A draft none of whose sentences passes is replaced by
+the fallback synthesiser's (the extractive engine's) from the same claims, and so is a draft the
+synthesiser could not give at all. When the critic never approves, the report is the last draft that
+passed the mechanical checks whole. Whatever the critic says, a sentence that fails a mechanical check
+is removed, never shipped: with verified claims, a report always has sentences.
 """
 
 from __future__ import annotations
@@ -10,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from citeflow.checks import failing_sentences, mechanical_critique
+from citeflow.checks import failing_sentences, mechanical_critique, prune_citations
 from citeflow.contracts import Critique, Draft, DraftSentence, SynthesisInput
 from citeflow.llm.budget import REVISION_SHARE
+from citeflow.llm.errors import DegradableError
 from citeflow.roles import Engine
 
 
@@ -31,6 +36,9 @@ class Review:
     revisions: int
     end: LoopEnd
     removed: dict[int, str]  # position in the draft -> why the sentence failed the mechanical checks
+    critic_ran: bool = True  # False when no draft passed the mechanical checks, so no critic judged one
+    earlier_draft: bool = False  # the report is an earlier draft than the last: the last one failed checks
+    cites_dropped: int = 0  # citations removed from the shipped draft because they supported nothing
 
     @property
     def kept(self) -> list[DraftSentence]:
@@ -47,15 +55,64 @@ class Review:
             LoopEnd.budget: f"and no revision was started because {REVISION_SHARE:.0%} of the model budget "
             "was spent",
         }[self.end]
-        return why and f"The critic did not approve this report {why}."
+        if why is None:
+            return None
+        if not self.critic_ran:
+            why = why.removeprefix("and ")
+            line = f"No draft passed the mechanical citation checks whole ({why}), so no critic judged one"
+        else:
+            line = f"The critic did not approve this report {why}"
+        if self.earlier_draft:
+            line += "; the report is the last draft that passed the mechanical checks"
+        return line + "."
 
 
-def critique(engine: Engine, request: SynthesisInput, draft: Draft) -> Critique:
-    """The mechanical verdict, and the critic's only when the mechanical checks pass."""
+def critique(engine: Engine, request: SynthesisInput, draft: Draft) -> tuple[Critique, bool]:
+    """The mechanical verdict, and the critic's only when the mechanical checks pass (then True).
+    A critic that cannot answer is replaced by the fallback's for this draft, and recorded."""
     mechanical = mechanical_critique(draft, request.claims)
     if not mechanical.approved:
-        return mechanical
-    return engine.critic.review(request, draft)
+        return mechanical, False
+    try:
+        return engine.critic.review(request, draft), True
+    except DegradableError as error:
+        if engine.fallback is None:
+            raise
+        engine.degradations.add(
+            "critic",
+            "report",
+            str(error),
+            f"The critic model did not judge a draft ({error.what}); the mechanical checks judged it.",
+        )
+        return engine.fallback.critic.review(request, draft), True
+
+
+def draft_report(engine: Engine, request: SynthesisInput) -> tuple[Draft, int]:
+    """A draft from the synthesiser, its citations pruned, and how many were dropped. The fallback
+    synthesiser's draft from the same claims replaces one that could not be written, or whose every
+    sentence fails the mechanical checks."""
+    try:
+        draft, why, reason = engine.synthesiser.write(request), "", ""
+    except DegradableError as error:
+        if engine.fallback is None:
+            raise
+        draft, why, reason = Draft(sentences=[]), error.what, str(error)
+    draft, dropped = prune_citations(draft, request.claims)
+    if engine.fallback is not None and request.claims and not why:
+        verdict = mechanical_critique(draft, request.claims)
+        if len(failing_sentences(draft, verdict)) == len(draft.sentences):
+            why = "failed the checks in every sentence"
+            reason = f"every one of the draft's {len(draft.sentences)} sentences failed: {verdict.notes}"
+    if why and engine.fallback is not None:
+        engine.degradations.add(
+            "synthesiser",
+            "report",
+            reason,
+            f"The synthesiser model's draft {why}; the extractive draft from the same claims was used.",
+        )
+        fresh = request.model_copy(update={"previous": None, "critique": None})
+        draft, dropped = prune_citations(engine.fallback.synthesiser.write(fresh), request.claims)
+    return draft, dropped
 
 
 def revision_end(
@@ -85,14 +142,22 @@ def write_report(
 ) -> Review:
     """Draft, critique and revise until approved, out of revisions, stuck, or out of budget
     (`may_revise` answers whether a new revision may start)."""
-    draft = engine.synthesiser.write(request)
-    verdict = critique(engine, request, draft)
+    draft, dropped = draft_report(engine, request)
+    verdict, critic_ran = critique(engine, request, draft)
+    clean = (draft, verdict, dropped) if critic_ran else None  # the last draft passing the checks whole
     previous: tuple[Draft, Critique] | None = None
     revisions = 0
     while (end := revision_end(verdict, draft, previous, revisions, revisions_max, may_revise)) is None:
         previous = (draft, verdict)
-        draft = engine.synthesiser.write(request.model_copy(update={"previous": draft, "critique": verdict}))
+        revision = request.model_copy(update={"previous": draft, "critique": verdict})
+        draft, dropped = draft_report(engine, revision)
         revisions += 1
-        verdict = critique(engine, request, draft)
+        verdict, judged = critique(engine, request, draft)
+        critic_ran = critic_ran or judged
+        if judged:
+            clean = (draft, verdict, dropped)
+    earlier = clean is not None and clean[0] is not draft
+    if earlier and clean is not None:
+        draft, verdict, dropped = clean
     removed = failing_sentences(draft, mechanical_critique(draft, request.claims))
-    return Review(draft, verdict, revisions, end, removed)
+    return Review(draft, verdict, revisions, end, removed, critic_ran, earlier, dropped)
