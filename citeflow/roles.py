@@ -48,6 +48,8 @@ class DegradationLog:
         self._lock = threading.Lock()
 
     def add(self, role: str, subject: str, reason: str, short: str) -> None:
+        if len(short) > CAVEAT_MAX_CHARS:
+            short = short[: CAVEAT_MAX_CHARS - 3] + "..."
         with self._lock:
             self._items.append(Degradation(role=role, subject=subject, reason=reason, short=short))
 

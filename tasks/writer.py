@@ -57,11 +57,9 @@ class Review:
         }[self.end]
         if why is None:
             return None
-        if not self.critic_ran:
-            why = why.removeprefix("and ")
-            line = f"No draft passed the mechanical citation checks whole ({why}), so no critic judged one"
-        else:
-            line = f"The critic did not approve this report {why}"
+        if not self.critic_ran:  # then no draft was clean, so the report is the last one, trimmed
+            return "No draft passed the mechanical citation checks whole, so no critic judged one."
+        line = f"The critic did not approve this report {why}"
         if self.earlier_draft:
             line += "; the report is the last draft that passed the mechanical checks"
         return line + "."

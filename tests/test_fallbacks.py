@@ -28,7 +28,7 @@ from citeflow.contracts import (
 )
 from citeflow.extractive import extractive_engine
 from citeflow.llm.errors import InvalidReply
-from citeflow.roles import CAVEAT_MAX_CHARS, Degradation, Engine, degradation_caveats
+from citeflow.roles import CAVEAT_MAX_CHARS, Degradation, DegradationLog, Engine, degradation_caveats
 from storage.store import EvidenceStore
 from tasks.finish import error_caveat
 from tasks.planner import plan
@@ -244,14 +244,16 @@ def test_a_critic_that_never_approves_ends_with_the_last_clean_draft_labelled() 
     )
 
 
-def test_the_caveat_says_when_no_critic_ran() -> None:
+def test_the_caveat_says_when_no_critic_ran_and_every_caveat_is_one_short_line() -> None:
     review = Review(
         Draft(sentences=[]), Critique(approved=False), 2, LoopEnd.revision_cap, {}, critic_ran=False
     )
-    assert review.caveat == (
-        "No draft passed the mechanical citation checks whole (after 2 revision(s), the most allowed), so "
-        "no critic judged one."
-    )
+    assert review.caveat == "No draft passed the mechanical citation checks whole, so no critic judged one."
+    for end in LoopEnd:
+        for ran, earlier in ((True, True), (True, False), (False, False)):
+            caveat = Review(Draft(sentences=[]), Critique(approved=False), 2, end, {}, ran, earlier).caveat
+            assert (caveat is None) == (end is LoopEnd.approved)
+            assert caveat is None or (len(caveat) <= CAVEAT_MAX_CHARS and "\n" not in caveat)
 
 
 def test_caveat_lines_are_short_and_one_line() -> None:
@@ -263,6 +265,9 @@ def test_caveat_lines_are_short_and_one_line() -> None:
     ]
     lines = degradation_caveats(many)
     assert lines == ["The verifier fell back 7 times; the first: The verifier fell."]
+    log = DegradationLog()
+    log.add("critic", "report", "x", "y" * 500)  # a line too long is cut, never a crash mid-stage
+    assert len(log.drain()[0].short) == CAVEAT_MAX_CHARS
     error = RunError(
         run_id="r1", stage="research", detail="line one\nline two " + "y" * 500, subquestion_id="q2"
     )

@@ -312,7 +312,9 @@ def test_a_prompt_too_big_for_the_context_window_is_not_sent(server: ScriptedSer
     big = [{"role": "user", "content": "word " * 2000}]  # about 3,300 tokens by the context estimate
     with pytest.raises(ContextTooSmall, match="may not fit its 4,096-token context window"):
         make_client(server, log, context_tokens=4096, max_output_tokens=1024).structured(big, PlanReply)
-    assert server.requests == [] and log.calls == []
+    assert server.requests == []
+    (skipped,) = log.calls  # the call not made is a row that says how big its prompt was
+    assert skipped.outcome is Outcome.skipped and skipped.detail.startswith("the prompt (about 3,3")
 
 
 def test_each_call_stores_its_prompt_and_reply_capped(server: ScriptedServer) -> None:

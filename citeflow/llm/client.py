@@ -278,17 +278,53 @@ class RoleClient:
             logger.info("%s refused a JSON-schema response format; asking for plain JSON", self.subject)
             return text, None
 
+    def _row(
+        self,
+        messages: list[Message],
+        outcome: Outcome,
+        detail: str,
+        *,
+        attempt: int = 1,
+        latency: float = 0.0,
+        tokens: tuple[int, int] = (0, 0),
+        estimated: bool = False,
+        reply: str = "",
+    ) -> ModelCall:
+        """The model_calls row of one attempt (or of a call not made), with its prompt and reply capped."""
+        limits = self.pool.limits
+        stored = limits.store_call_text
+        return ModelCall(
+            run_id=self.run_id,
+            role=self.role.value,
+            model=self.config.model,
+            endpoint=self.endpoint,
+            prompt_tokens=tokens[0],
+            completion_tokens=tokens[1],
+            tokens_estimated=estimated,
+            latency_seconds=round(latency, 4),
+            attempt=attempt,
+            outcome=outcome,
+            prompt_hash=hashlib.sha256(
+                json.dumps({"model": self.config.model, "messages": messages}, sort_keys=True).encode()
+            ).hexdigest(),
+            detail=detail,
+            prompt=capped_text(messages_text(messages), limits.call_text_max_chars) if stored else "",
+            reply=capped_text(reply, limits.call_text_max_chars) if stored else "",
+        )
+
     def check_fits(self, messages: list[Message]) -> None:
-        """ContextTooSmall when the prompt and the longest reply allowed may not fit the context window."""
-        need = context_tokens_needed(messages) + self.config.max_output_tokens
-        if need > self.config.context_tokens:
-            raise ContextTooSmall(
-                self.subject,
-                f"the prompt (about {need - self.config.max_output_tokens:,} tokens) and max_output_tokens "
-                f"({self.config.max_output_tokens:,}) may not fit its {self.config.context_tokens:,}-token "
-                "context window",
-                "the call was not made",
-            )
+        """ContextTooSmall when the prompt and the longest reply allowed may not fit the context window;
+        the call not made is a skipped row that says how big the prompt was."""
+        prompt = context_tokens_needed(messages)
+        limit, context = self.config.max_output_tokens, self.config.context_tokens
+        if prompt + limit <= context:
+            return
+        problem = (
+            f"the prompt (about {prompt:,} tokens) and max_output_tokens ({limit:,}) may not fit its "
+            f"{context:,}-token context window"
+        )
+        self.log.add_model_call(self._row(messages, Outcome.skipped, problem))
+        raise ContextTooSmall(self.subject, problem, "the call was not made")
 
     def complete(self, messages: list[Message], response_format: dict[str, Any] | None = None) -> str:
         """The reply text. A 400 refusing the output-token limit's name is retried once with its other
@@ -336,11 +372,7 @@ class RoleClient:
         self, messages: list[Message], response_format: dict[str, Any] | None, parameter: str, attempt: int
     ) -> str:
         config = self.config
-        limits = self.pool.limits
         prompt_estimate = estimate_prompt_tokens(messages)
-        prompt_hash = hashlib.sha256(
-            json.dumps({"model": config.model, "messages": messages}, sort_keys=True).encode()
-        ).hexdigest()
         detail = "json_schema" if response_format else "plain json"
 
         def record(
@@ -350,23 +382,16 @@ class RoleClient:
             estimated: bool = False,
             reply: str = "",
         ) -> None:
-            stored = limits.store_call_text
             self.log.add_model_call(
-                ModelCall(
-                    run_id=self.run_id,
-                    role=self.role.value,
-                    model=config.model,
-                    endpoint=self.endpoint,
-                    prompt_tokens=tokens[0],
-                    completion_tokens=tokens[1],
-                    tokens_estimated=estimated,
-                    latency_seconds=round(time.monotonic() - started, 4),
+                self._row(
+                    messages,
+                    outcome,
+                    f"{detail}; {note}" if note else detail,
                     attempt=attempt,
-                    outcome=outcome,
-                    prompt_hash=prompt_hash,
-                    detail=f"{detail}; {note}" if note else detail,
-                    prompt=capped_text(messages_text(messages), limits.call_text_max_chars) if stored else "",
-                    reply=capped_text(reply, limits.call_text_max_chars) if stored else "",
+                    latency=time.monotonic() - started,
+                    tokens=tokens,
+                    estimated=estimated,
+                    reply=reply,
                 )
             )
 
