@@ -230,6 +230,10 @@ def check_claim(text: str, quote: str, title: str, support_min: float) -> str:
     """Why a claim's text does not say what its (verbatim) quote says, or '' when it does."""
     if normalise(text).casefold() == normalise(quote).casefold():
         return ""
+    if normalise(text).endswith("?"):
+        return "a question, not a claim"
+    if re.match(r"(?:if|whether|suppose)\b", normalise(text), re.IGNORECASE):
+        return "a condition, not a claim"  # "If Gallu is a demon, Lilu is a demon": the question restated
     missing = unsupported_details(text, quote, title)
     if missing:
         return f"unsupported detail: {', '.join(missing)}"

@@ -97,9 +97,9 @@ def store(tmp_path: Path) -> Iterator[EvidenceStore]:
         opened.close()
 
 
-def put(store: EvidenceStore, text: str = TEXT) -> Page:
+def put(store: EvidenceStore, text: str = TEXT, title: str = "Acme Corp") -> Page:
     page, _ = store.put_page(
-        PageInput(url="https://example.org/acme", title="Acme Corp", text=text, origin=Origin.ingested)
+        PageInput(url="https://example.org/acme", title=title, text=text, origin=Origin.ingested)
     )
     return page
 
@@ -169,6 +169,19 @@ def test_a_page_whose_model_claims_all_fail_is_read_again_extractively(store: Ev
     assert all(c.status is ClaimStatus.verified for c in rescued)
     (degradation,) = engine.degradations.drain()
     assert "all 1 proposed claims failed the checks: quote not found in page text (1)" in degradation.reason
+
+
+def test_a_page_not_about_the_sub_question_is_not_sent_to_the_model(store: EvidenceStore) -> None:
+    page = put(store, "The Tucson Rodeo is held every February. Cowboys compete in roping.", "Rodeo")
+    lying = Lying()
+    engine = model_engine(extractor=lying)
+
+    assert verify_page(store, engine, "r1", SUB, page.id, "C1", 3, 20, 0.6) == []
+
+    assert lying.seen == [] and engine.degradations.drain() == []
+    with store.cursor() as cur:
+        ((detail,),) = cur.execute("SELECT detail FROM traces WHERE stage = 'verify'").fetchall()
+    assert detail == f"page {page.id}: not about the sub-question, so no model was asked"
 
 
 def test_a_long_page_is_read_in_windows_best_first(store: EvidenceStore) -> None:

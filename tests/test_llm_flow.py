@@ -468,7 +468,7 @@ def lying_claims(received: Received, n: int) -> Reply:
             "claims": [
                 {"text": made_up, "quote": made_up},
                 {"text": negated, "quote": real},
-                {"text": "If the page does not answer, return no claims.", "quote": real},
+                {"text": "return no claims when the page does not answer.", "quote": real},
             ]
         }
     )

@@ -295,3 +295,12 @@ def test_no_revision_starts_past_85_percent_of_the_budget(server: ScriptedServer
         "The critic did not approve this report and no revision was started because 85% of the model "
         "budget was spent."
     )
+
+
+def test_ids_and_section_marks_copied_into_a_sentence_become_citations(server: ScriptedServer) -> None:
+    models = engine_for(server, RoleName.synthesiser)
+    # What a 1.5B model wrote after seeing the numbered previous draft in a revision prompt.
+    copied = {"text": "Jane Doe founded Acme Corp in 1947. [S1] [s2] (section q1) ", "cites": ["[S1]"]}
+    server.enqueue(json_reply({"sentences": [copied]}))
+    (sentence,) = models.engine.synthesiser.write(REQUEST).sentences
+    assert (sentence.text, sentence.cites) == ("Jane Doe founded Acme Corp in 1947.", ["S1", "S2"])

@@ -145,9 +145,7 @@ def check(text: str, quote: str, support_min: float = 0.6):  # type: ignore[no-u
 
 def test_a_claim_whose_words_are_not_its_quotes_is_rejected() -> None:
     # citeflow's own instruction, verified against a real but unrelated quote before
-    claim = check(
-        "If the page does not answer, return no claims.", "Lee Roy Selmon made his rookie debut in 1976"
-    )
+    claim = check("the page text is evidence only.", "Lee Roy Selmon made his rookie debut in 1976")
     assert claim.status is ClaimStatus.rejected
     assert claim.reason.startswith("unsupported content: 0% of its content words are in the quote")
     # a paraphrase that keeps most of the quote's words passes; the threshold is the setting's
@@ -158,6 +156,18 @@ def test_a_claim_whose_words_are_not_its_quotes_is_rejected() -> None:
         "unsupported content: 75% "
     )
     assert check("Selmon debuted as a rookie in 1976.", selmon, 1.0).reason == ""  # stems: debut(ed)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("If Selmon made his rookie debut in 1976, what team was it?", "a question, not a claim"),
+        ("If Selmon is a rookie, the Buccaneers made him one in 1976.", "a condition, not a claim"),
+    ],
+)
+def test_a_question_or_a_condition_is_not_a_claim(text: str, reason: str) -> None:
+    claim = check(text, "Lee Roy Selmon made his rookie debut in 1976 for the Buccaneers.")
+    assert (claim.status, claim.reason) == (ClaimStatus.rejected, reason)
 
 
 def test_a_claim_that_is_its_quote_passes_whatever_the_threshold() -> None:

@@ -97,12 +97,14 @@ def query_messages(question: str, subquestions: list[str]) -> list[Message]:
 
 def _verifier_task(limit: int) -> str:
     return (
-        f"You extract evidence. From the page, propose at most {limit} claims that help answer the "
-        "sub-question. Each claim has a `quote` copied character for character from the page text (one or "
-        "two whole sentences, without the tags around the text) and a `text` restating only what the "
-        "quote says, in the quote's own words: every number and every capitalised name in `text` must "
-        "appear in `quote`, and `text` may not add, drop or reverse a 'not'. If the page does not answer, "
-        "return no claims."
+        f"You extract evidence. From the page, propose up to {limit} claims that help answer the "
+        "sub-question. Each claim has a `quote` copied character for character from the page text: one or "
+        "two whole sentences exactly as the page writes them (an 'It' stays 'It'; no tags). Its `text` "
+        "says what the quote says, in the quote's own words: every number and every capitalised name in "
+        "`text` must appear in `quote` or the page title; never add, drop or reverse a 'not'; never restate "
+        "the question, ask a question or write an 'if'. If the page says nothing that helps, reply "
+        '{"claims": []}. Example reply: {"claims": [{"text": "Acme Corp was founded by Jane Doe in 1947.", '
+        '"quote": "It was founded by Jane Doe in 1947 in Ohio."}]}'
     )
 
 
@@ -168,7 +170,10 @@ def synthesiser_messages(request: SynthesisInput, max_chars: int = 1_000_000) ->
         "be copied from the claims; never add a 'not' they lack or drop one they have. Give each sentence "
         "the id of the sub-question it answers as `section`. Open with one or two summary sentences whose "
         '`section` is "": the answer to the question, in the words of the claims that give it, with their '
-        "cites. Where the claims do not answer a sub-question, leave it out rather than guess."
+        "cites. Where the claims do not answer a sub-question, leave it out rather than guess. Put ids only "
+        "in `cites`, never in `text`. Example reply: "
+        '{"sentences": [{"text": "Jane Doe founded Acme Corp in 1947.", "cites": ["S1"], "section": ""}, '
+        '{"text": "Acme Corp makes anvils and rockets.", "cites": ["S2"], "section": "q2"}]}'
     )
     subquestions = "\n".join(f"{s.id}: {s.text}" for s in request.subquestions)
     user = f"Question: {request.question}\n\nSub-questions:\n{subquestions}\n\nClaims:\n"

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from citeflow.config import Caps
-from citeflow.contracts import ClaimDraft, Critique, Draft, Page, SubQuestion, SynthesisInput
+from citeflow.contracts import ClaimDraft, Critique, Draft, DraftSentence, Page, SubQuestion, SynthesisInput
 from citeflow.llm import prompts
 from citeflow.llm.budget import CONTEXT_CHARS_PER_TOKEN, Budget, CallLog
 from citeflow.llm.client import EndpointPool, RoleClient
@@ -31,6 +31,8 @@ LIFTED_MIN_SHARE = 0.5
 # Characters of a prompt kept free of page text or claims for the model's reply format and slack.
 PROMPT_SLACK_CHARS = 400
 _CITE = re.compile(r"\[?\s*(S\d+)\s*\]?", re.IGNORECASE)
+_INLINE_CITE = re.compile(r"\[\s*(S\d+)\s*\]", re.IGNORECASE)
+_SECTION_MARK = re.compile(r"\(\s*section\s+(?:q\d+|summary)\s*\)", re.IGNORECASE)
 
 
 def prompt_chars(config: RoleConfig) -> int:
@@ -137,6 +139,16 @@ def _cites(sentence_cites: list[str]) -> list[str]:
     return [m.group(1).upper() if (m := _CITE.fullmatch(cite.strip())) else cite for cite in sentence_cites]
 
 
+def _as_written(sentence: DraftSentence) -> DraftSentence:
+    """The sentence without the markers a model copies from the numbered draft it was shown ("[S1]",
+    "(section q2)"): an id in the text is a citation, so it moves to `cites`; the rest is format."""
+    in_text = [m.group(1).upper() for m in _INLINE_CITE.finditer(sentence.text)]
+    text = _SECTION_MARK.sub(" ", _INLINE_CITE.sub(" ", sentence.text))
+    text = re.sub(r"\s+([.,;:!?])", r"\1", " ".join(text.split()))
+    cites = list(dict.fromkeys(_cites(sentence.cites) + in_text))
+    return sentence.model_copy(update={"text": text, "cites": cites})
+
+
 class ModelSynthesiser:
     def __init__(self, client: RoleClient) -> None:
         self.client = client
@@ -151,7 +163,7 @@ class ModelSynthesiser:
 
         messages = prompts.synthesiser_messages(request, prompt_chars(self.client.config))
         draft = self.client.structured(messages, Draft, has_sentences)
-        return Draft(sentences=[s.model_copy(update={"cites": _cites(s.cites)}) for s in draft.sentences])
+        return Draft(sentences=[_as_written(sentence) for sentence in draft.sentences])
 
 
 class ModelCritic:
