@@ -194,11 +194,12 @@ def main() -> None:
     parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL, help="folder with hotpotqa-100.*.jsonl")
     parser.add_argument("--questions", type=int, default=3, help="how many questions, from the first")
     parser.add_argument("--context-tokens", type=int, default=4096, help="the server's context window")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per call (CPU: minutes)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per call (CPU: minutes)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
     args = parser.parse_args()
 
     db = load_corpus(args.eval)
+    print(f"store: {db} (query it with citeflow sql --db once this ends)", file=sys.stderr)
     records = question_records(args.eval, args.questions)
     questions = [record["question"] for record in records]
     models = {
