@@ -75,8 +75,12 @@ def server() -> Iterator[ScriptedServer]:
         yield running
 
 
-def engine_for(server: ScriptedServer, *roles: RoleName, log: MemoryCallLog | None = None) -> ModelEngine:
-    config = RoleConfig(model="test-model", base_url=server.url, max_attempts=2)
+def engine_for(
+    server: ScriptedServer, *roles: RoleName, log: MemoryCallLog | None = None, **config_options: object
+) -> ModelEngine:
+    config = RoleConfig.model_validate(
+        {"model": "test-model", "base_url": server.url, "max_attempts": 2, **config_options}
+    )
     settings = ModelSettings(roles={role: config for role in roles}, limits=Limits(backoff_seconds=0.01))
     return build_engine(
         settings,
@@ -304,3 +308,26 @@ def test_ids_and_section_marks_copied_into_a_sentence_become_citations(server: S
     server.enqueue(json_reply({"sentences": [copied]}))
     (sentence,) = models.engine.synthesiser.write(REQUEST).sentences
     assert (sentence.text, sentence.cites) == ("Jane Doe founded Acme Corp in 1947.", ["S1", "S2"])
+
+
+def test_each_prompt_fits_a_small_context_window(server: ScriptedServer) -> None:
+    # A 4,096-token model with 1,024 reply tokens: 40 claims of three sub-questions do not all fit.
+    models = engine_for(server, RoleName.synthesiser, RoleName.critic, RoleName.verifier, context_tokens=4096)
+    subs = [SubQuestion(id=f"q{n}", position=n - 1, text=f"Question {n}?", query="x") for n in (1, 2, 3)]
+    quote = "Acme Corp was founded by Jane Doe in 1947 in Ohio, as this long quote repeats. " * 4
+    claims = [
+        CLAIM.model_copy(update={"id": f"C{n}", "subquestion_id": f"q{n % 3 + 1}", "source_id": f"S{n}"})
+        for n in range(40)
+    ]
+    claims = [claim.model_copy(update={"quote": quote}) for claim in claims]
+    request = REQUEST.model_copy(update={"subquestions": subs, "claims": claims})
+    server.default = json_reply({"approved": True, "notes": "", "problems": []})
+    server.enqueue(json_reply(DRAFT.model_dump()))
+    models.engine.synthesiser.write(request)
+    models.engine.critic.review(request, DRAFT)
+    for received in server.requests:
+        shown = re.findall(r"^\[(S\d+)\] \((q\d)\)", received.prompt, flags=re.MULTILINE)
+        assert 3 <= len(shown) < 40  # as many as fit, every sub-question among them
+        assert {q for _, q in shown} == {"q1", "q2", "q3"}
+        assert len(received.prompt) <= (4096 - 1024) * 3
+    assert models.engine.window_chars is not None and models.engine.window_chars <= (4096 - 1024) * 3 - 2000
