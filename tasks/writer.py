@@ -5,7 +5,8 @@ run, and a critic only sees drafts that pass them. A draft none of whose sentenc
 the fallback synthesiser's (the extractive engine's) from the same claims, and so is a draft the
 synthesiser could not give at all. When the critic never approves, the report is the last draft that
 passed the mechanical checks whole. Whatever the critic says, a sentence that fails a mechanical check
-is removed, never shipped: with verified claims, a report always has sentences.
+is removed, never shipped: with verified claims, a report always has sentences, and (with a fallback)
+every source of a verified claim is cited by one of them.
 """
 
 from __future__ import annotations
@@ -157,5 +158,32 @@ def write_report(
     earlier = clean is not None and clean[0] is not draft
     if earlier and clean is not None:
         draft, verdict, dropped = clean
+    draft = with_every_source(engine, request, draft)
     removed = failing_sentences(draft, mechanical_critique(draft, request.claims))
     return Review(draft, verdict, revisions, end, removed, critic_ran, earlier, dropped)
+
+
+def with_every_source(engine: Engine, request: SynthesisInput, draft: Draft) -> Draft:
+    """The draft, plus the fallback synthesiser's sentences for the verified claims of every source no
+    sentence that passes the checks cites: a model that writes one sentence from twenty verified claims
+    must not lose the other nineteen. Recorded as a degradation; unchanged without a fallback."""
+    if engine.fallback is None:
+        return draft
+    failing = failing_sentences(draft, mechanical_critique(draft, request.claims))
+    cited = {
+        cite for n, sentence in enumerate(draft.sentences) if n not in failing for cite in sentence.cites
+    }
+    unreported = [claim for claim in request.claims if claim.source_id and claim.source_id not in cited]
+    if not unreported:
+        return draft
+    missing = request.model_copy(update={"claims": unreported, "previous": None, "critique": None})
+    added, _ = prune_citations(engine.fallback.synthesiser.write(missing), request.claims)
+    sources = sorted({claim.source_id for claim in unreported if claim.source_id})
+    engine.degradations.add(
+        "synthesiser",
+        "report",
+        f"no sentence cited {len(sources)} source(s) with verified claims: {', '.join(sources)}",
+        f"The synthesiser model's report left {len(sources)} source(s) with verified claims uncited; the "
+        "extractive sentences for them were added.",
+    )
+    return Draft(sentences=[*draft.sentences, *added.sentences])

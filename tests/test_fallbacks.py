@@ -257,6 +257,32 @@ def test_a_critic_that_never_approves_ends_with_the_last_clean_draft_labelled() 
     )
 
 
+def test_sources_a_model_report_leaves_uncited_get_the_extractive_sentences() -> None:
+    anvils = "The company first made anvils for farms near Dayton."
+    second = REQUEST.claims[0].model_copy(
+        update={"id": "C2.1", "source_id": "S2", "text": anvils, "quote": anvils}
+    )
+    request = REQUEST.model_copy(update={"claims": [*REQUEST.claims, second]})
+
+    class OneSentence:
+        def write(self, request: SynthesisInput) -> Draft:
+            return Draft(sentences=[DraftSentence(text="Jane Doe founded Acme Corp in 1947.", cites=["S1"])])
+
+    engine = model_engine(synthesiser=OneSentence())
+
+    review = write_report(engine, request, revisions_max=0, may_revise=lambda: True)
+
+    assert [(s.text, s.cites, s.section) for s in review.kept] == [
+        ("Jane Doe founded Acme Corp in 1947.", ["S1"], ""),
+        ("The company first made anvils for farms near Dayton.", ["S2"], "q1"),
+    ]
+    (degradation,) = engine.degradations.drain()
+    assert degradation.short == (
+        "The synthesiser model's report left 1 source(s) with verified claims uncited; the extractive "
+        "sentences for them were added."
+    )
+
+
 def test_the_caveat_says_when_no_critic_ran_and_every_caveat_is_one_short_line() -> None:
     review = Review(
         Draft(sentences=[]), Critique(approved=False), 2, LoopEnd.revision_cap, {}, critic_ran=False
