@@ -7,7 +7,8 @@ Loads the hotpotqa-100 corpus into a fresh store, runs the first questions with 
 once with the extractive engine and once with the endpoint's one model (found at /v1/models) playing
 planner, verifier, synthesiser and critic, and prints:
   per role: calls, replies that parse as the role's record, fallbacks to the extractive engine, claims
-  proposed and kept (verifier), tokens, seconds, and what the calls whose output was replaced cost;
+  proposed and kept (verifier; +extr: the extractive claims that filled each page's cap), tokens,
+  seconds, and what the calls whose output the extractive engine replaced cost;
   per engine: the eval's quality figures (benchmarks/hotpotqa.py `score`), sub-questions per run,
   summary sentences shipped, and shipped sentences that contradict a cited quote (must be 0).
 Not a test: a CPU-served model takes minutes per question. Run it in the background.
@@ -45,9 +46,7 @@ REPLY_TYPES: dict[str, type[BaseModel]] = {
     "critic": Critique,
 }
 ROLES = ("planner", "verifier", "synthesiser", "critic")
-_VERIFY_DETAIL = re.compile(
-    r"(\d+) claims proposed, (\d+) verified(?:.*extractive fallback: (\d+) verified)?"
-)
+_VERIFY_DETAIL = re.compile(r"(\d+) claims proposed, (\d+) verified(?:.*extractive: (\d+) verified)?")
 _PAGE_URL = re.compile(r"^Page URL: (\S+)$", re.MULTILINE)
 
 
@@ -113,7 +112,7 @@ def role_figures(store: EvidenceStore, run_ids: list[str]) -> dict[str, dict[str
             if match:
                 figures["verifier"]["claims_proposed"] += int(match.group(1))
                 figures["verifier"]["claims_kept"] += int(match.group(2))
-                figures["verifier"]["claims_from_fallback"] += int(match.group(3) or 0)
+                figures["verifier"]["claims_extractive"] += int(match.group(3) or 0)
     return {role: dict(counted) for role, counted in figures.items()}
 
 
@@ -143,7 +142,7 @@ def report_figures(store: EvidenceStore, reports: list[Report]) -> dict[str, Any
 def print_tables(roles: dict[str, dict[str, Any]], quality: dict[str, dict[str, Any]]) -> None:
     print("\nPer role (model run):")
     header = (
-        f"{'role':<12} {'calls':>5} {'valid':>5} {'fallbk':>6} {'proposed':>8} {'kept':>5} "
+        f"{'role':<12} {'calls':>5} {'valid':>5} {'fallbk':>6} {'proposed':>8} {'kept':>5} {'+extr':>5} "
         f"{'tok in':>8} {'tok out':>7} {'seconds':>8} {'replaced: calls':>15} {'s':>7} {'tokens':>7}"
     )
     print(header)
@@ -156,6 +155,7 @@ def print_tables(roles: dict[str, dict[str, Any]], quality: dict[str, dict[str, 
             f"{f.get('fallbacks', 0):>6}",
             f"{f.get('claims_proposed', '-'):>8}",
             f"{f.get('claims_kept', '-'):>5}",
+            f"{f.get('claims_extractive', '-'):>5}",
             f"{f.get('prompt_tokens', 0):>8}",
             f"{f.get('completion_tokens', 0):>7}",
             f"{f.get('seconds', 0.0):>8.0f}",

@@ -46,6 +46,8 @@ _NOT_NEGATING_NEXT = frozenset(["only", "just", "until", "least", "merely", "lat
 # a comma, which in "never sold anvils, rockets and magnets" lists what is negated.
 _SCOPE_ENDS = frozenset(["but", "although", "though", "while", "whereas", "yet", "and", "or"])
 NEGATION_SCOPE_WORDS = 4
+# Capitalised words that open an answer ("Yes, Nolan is a film director.") and name nothing.
+_ANSWER_WORDS = frozenset(["yes"])
 _NEGATION_TOKEN = re.compile(r"[a-z]+n't|\w+|[.,;:!?()\"]")
 
 
@@ -153,6 +155,8 @@ def unsupported_details(claim_text: str, quote: str, also_names: str = "") -> li
         if number not in quote_numbers and number not in missing:
             missing.append(number)
     for name in names(claim_text):
+        if name.casefold() in _ANSWER_WORDS:
+            continue
         if not {_singular(word) for word in _name_words(name)} <= quote_words and name not in missing:
             missing.append(name)
     return missing

@@ -2,9 +2,9 @@
 
 The question itself is always the first sub-question, so whatever a planner proposes the question is
 researched. A proposed sub-question that shares no content word with the question is not about it and
-is dropped. When a model planner fails or proposes nothing about the question, the fallback's (the
-extractive planner's) plan replaces its plan; when it leaves the plan short of the minimum, the
-fallback's sub-questions fill it; either way the run records the degradation.
+is dropped. Behind a model planner's sub-questions come the fallback's (the extractive planner's), up
+to the cap; so a model plan that fails, proposes nothing about the question or falls short of the
+minimum is replaced or filled by the fallback's, and the run records that degradation.
 """
 
 from __future__ import annotations
@@ -68,16 +68,15 @@ def plan(
             proposed, failure = [], error
         usable = [sub for sub in proposed if about_question(question, sub)]
         subquestions = enforce_plan(question, usable, max_subquestions)
-        fill: list[SubQuestion] = []
-        if engine.fallback is not None and (
-            failure or len(subquestions) < min(min_subquestions, max_subquestions)
-        ):
+        if engine.fallback is not None:
+            short = failure is not None or len(subquestions) < min(min_subquestions, max_subquestions)
+            # The fallback's sub-questions fill the plan to its cap: its rule-made searches for each
+            # entity of the question find pages a model's wording misses, and cost no call.
             fill = engine.fallback.planner.plan(question, max_subquestions)
-            # Nothing usable: the fallback's whole plan; some: the fallback's fills it to the minimum.
-            fewest = min_subquestions if usable else max_subquestions
-            subquestions = enforce_plan(question, usable, max_subquestions, fill, fewest)
-            record_plan_fallback(engine, failure, len(proposed), len(usable), min_subquestions)
-            step.outcome = Outcome.degraded
+            subquestions = enforce_plan(question, usable, max_subquestions, fill, max_subquestions)
+            if short:
+                record_plan_fallback(engine, failure, len(proposed), len(usable), min_subquestions)
+                step.outcome = Outcome.degraded
         step.detail = f"{len(subquestions)} sub-questions" + (
             f" ({len(proposed) - len(usable)} proposed ones not about the question dropped)"
             if len(usable) < len(proposed)

@@ -3,9 +3,11 @@ they say what it says (citeflow/verify.py).
 
 A model is asked about a page only when the page shares words with the sub-question (`about`).
 A page longer than the engine's window is read in windows, the most relevant to the sub-question
-first, until the claims cap is reached. When the extractor's reply is unusable, or none of its claims
-passes the checks, the page is left to the fallback extractor (the extractive engine's) and the run
-records the degradation: one bad reply costs that page's model claims, never the page.
+first, until the claims cap is reached. The cap is filled with the extractor's verified claims first,
+then the fallback extractor's (the extractive engine's): a model that keeps one sentence of a page does
+not cost the page's other evidence. When the extractor's reply is unusable, or none of its claims
+passes the checks, the page is the fallback's alone, and the run records the degradation: one bad
+reply costs that page's model claims, never the page.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections import Counter
 from citeflow.contracts import Claim, ClaimDraft, ClaimStatus, Outcome, Page, RunSource, SubQuestion
 from citeflow.llm.errors import DegradableError
 from citeflow.roles import ClaimExtractor, Engine
-from citeflow.text import content_stems, split_sentences
+from citeflow.text import content_stems, normalise, split_sentences
 from citeflow.verify import verify_drafts
 from storage.store import EvidenceStore
 from tasks.tracing import traced
@@ -92,6 +94,11 @@ def propose(
     return drafts
 
 
+def _overlaps(quote: str, other: str) -> bool:
+    """Whether two normalised quotes repeat each other: one holds the other."""
+    return quote in other or other in quote
+
+
 def _why_none_verified(drafts: list[ClaimDraft], claims: list[Claim]) -> tuple[str, str]:
     """(full reason, a few words for the caveat) when no model claim of a page was verified."""
     if not drafts:
@@ -145,22 +152,29 @@ def verify_page(
         step.detail = f"page {page_id}: {len(drafts)} claims proposed, {verified} verified" + (
             f", from {read}" if read else ""
         )
-        if engine.fallback is not None and not verified:
-            if failure is not None:
-                reason, why = str(failure), failure.what
-            else:
-                reason, why = _why_none_verified(drafts, claims)
-            fallback = engine.fallback.extractor.extract(subquestion, page, claims_per_page)[:claims_per_page]
-            rescued = checked(fallback, len(claims) + 1)
-            claims += rescued
-            kept = sum(claim.status is ClaimStatus.verified for claim in rescued)
-            engine.degradations.add(
-                "verifier",
-                page.url,
-                f"page {page_id}: {reason}; the extractive extractor verified {kept} claim(s)",
-                f"The verifier model's claims for a page {why}; the extractive extractor read the page.",
-            )
-            step.outcome = Outcome.degraded
-            step.detail += f"; extractive fallback: {kept} verified"
+        if engine.fallback is not None and verified < claims_per_page:
+            # The claims cap is filled with the model's verified claims first, then the fallback's.
+            have = [normalise(c.quote).casefold() for c in claims if c.status is ClaimStatus.verified]
+            extra = [
+                draft
+                for draft in engine.fallback.extractor.extract(subquestion, page, claims_per_page)
+                if not any(_overlaps(normalise(draft.quote).casefold(), quote) for quote in have)
+            ][: claims_per_page - verified]
+            added = checked(extra, len(claims) + 1)
+            claims += added
+            kept = sum(claim.status is ClaimStatus.verified for claim in added)
+            step.detail += f"; extractive: {kept} verified"
+            if not verified:
+                if failure is not None:
+                    reason, why = str(failure), failure.what
+                else:
+                    reason, why = _why_none_verified(drafts, claims[: len(drafts)])
+                engine.degradations.add(
+                    "verifier",
+                    page.url,
+                    f"page {page_id}: {reason}; the extractive extractor verified {kept} claim(s)",
+                    f"The verifier model's claims for a page {why}; the extractive extractor read the page.",
+                )
+                step.outcome = Outcome.degraded
     store.add_claims(claims)
     return claims

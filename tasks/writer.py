@@ -6,7 +6,7 @@ the fallback synthesiser's (the extractive engine's) from the same claims, and s
 synthesiser could not give at all. When the critic never approves, the report is the last draft that
 passed the mechanical checks whole. Whatever the critic says, a sentence that fails a mechanical check
 is removed, never shipped: with verified claims, a report always has sentences, and (with a fallback)
-every source of a verified claim is cited by one of them.
+every verified claim is reported by one of them.
 """
 
 from __future__ import annotations
@@ -16,10 +16,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from citeflow.checks import failing_sentences, mechanical_critique, prune_citations
-from citeflow.contracts import Critique, Draft, DraftSentence, SynthesisInput
+from citeflow.contracts import Claim, Critique, Draft, DraftSentence, SynthesisInput
 from citeflow.llm.budget import REVISION_SHARE
 from citeflow.llm.errors import DegradableError
 from citeflow.roles import Engine
+from citeflow.verify import content_support
+
+# A claim is reported when sentences citing its source hold this share of its content words.
+REPORTED_MIN_SHARE = 0.5
 
 
 class LoopEnd(StrEnum):
@@ -158,32 +162,35 @@ def write_report(
     earlier = clean is not None and clean[0] is not draft
     if earlier and clean is not None:
         draft, verdict, dropped = clean
-    draft = with_every_source(engine, request, draft)
+    draft = with_every_claim(engine, request, draft)
     removed = failing_sentences(draft, mechanical_critique(draft, request.claims))
     return Review(draft, verdict, revisions, end, removed, critic_ran, earlier, dropped)
 
 
-def with_every_source(engine: Engine, request: SynthesisInput, draft: Draft) -> Draft:
-    """The draft, plus the fallback synthesiser's sentences for the verified claims of every source no
-    sentence that passes the checks cites: a model that writes one sentence from twenty verified claims
-    must not lose the other nineteen. Recorded as a degradation; unchanged without a fallback."""
+def reported(claim: Claim, sentences: list[DraftSentence]) -> bool:
+    """Whether sentences citing the claim's source say most of what the claim says."""
+    said = " ".join(sentence.text for sentence in sentences if claim.source_id in sentence.cites)
+    return bool(said) and content_support(claim.text, said)[0] >= REPORTED_MIN_SHARE
+
+
+def with_every_claim(engine: Engine, request: SynthesisInput, draft: Draft) -> Draft:
+    """The draft, plus the fallback synthesiser's sentences for every verified claim that no sentence
+    passing the checks reports (`reported`): a model that writes one sentence from twenty verified
+    claims must not lose the other nineteen. Recorded as a degradation; unchanged without a fallback."""
     if engine.fallback is None:
         return draft
     failing = failing_sentences(draft, mechanical_critique(draft, request.claims))
-    cited = {
-        cite for n, sentence in enumerate(draft.sentences) if n not in failing for cite in sentence.cites
-    }
-    unreported = [claim for claim in request.claims if claim.source_id and claim.source_id not in cited]
+    kept = [sentence for n, sentence in enumerate(draft.sentences) if n not in failing]
+    unreported = [claim for claim in request.claims if claim.source_id and not reported(claim, kept)]
     if not unreported:
         return draft
     missing = request.model_copy(update={"claims": unreported, "previous": None, "critique": None})
     added, _ = prune_citations(engine.fallback.synthesiser.write(missing), request.claims)
-    sources = sorted({claim.source_id for claim in unreported if claim.source_id})
     engine.degradations.add(
         "synthesiser",
         "report",
-        f"no sentence cited {len(sources)} source(s) with verified claims: {', '.join(sources)}",
-        f"The synthesiser model's report left {len(sources)} source(s) with verified claims uncited; the "
-        "extractive sentences for them were added.",
+        f"no sentence reported {len(unreported)} verified claim(s): {', '.join(c.id for c in unreported)}",
+        f"The synthesiser model's report left {len(unreported)} verified claim(s) unreported; their "
+        "extractive sentences were added.",
     )
     return Draft(sentences=[*draft.sentences, *added.sentences])

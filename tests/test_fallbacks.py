@@ -33,7 +33,7 @@ from storage.store import EvidenceStore
 from tasks.finish import error_caveat
 from tasks.planner import plan
 from tasks.verifier import page_windows, verify_page
-from tasks.writer import LoopEnd, Review, write_report
+from tasks.writer import LoopEnd, Review, reported, write_report
 
 QUESTION = "Who founded Acme Corp and what does it make?"
 SUB = SubQuestion(id="q1", position=0, text="Who founded Acme Corp?", query="Acme Corp founded")
@@ -184,6 +184,25 @@ def test_a_page_not_about_the_sub_question_is_not_sent_to_the_model(store: Evide
     assert detail == f"page {page.id}: not about the sub-question, so no model was asked"
 
 
+def test_the_claims_cap_is_filled_with_the_extractive_claims_after_the_models(store: EvidenceStore) -> None:
+    page = put(store)
+
+    class OneGood:
+        def extract(self, subquestion: SubQuestion, page: Page, limit: int) -> list[ClaimDraft]:
+            return [ClaimDraft(text="Jane Doe founded Acme Corp in 1947.", quote=TEXT.split(". ")[0] + ".")]
+
+    engine = model_engine(extractor=OneGood())
+
+    claims = verify_page(store, engine, "r1", SUB, page.id, "C1", 3, 20, 0.6)
+
+    assert [(c.id, c.status, c.text) for c in claims] == [
+        ("C1.1", ClaimStatus.verified, "Jane Doe founded Acme Corp in 1947."),
+        ("C1.2", ClaimStatus.verified, "The company first made anvils for farms near Dayton."),
+        ("C1.3", ClaimStatus.verified, "It moved its works to Arizona in 1962."),
+    ]  # the extractive claim repeating the model's quote is left out
+    assert engine.degradations.drain() == []  # a complement, not a fallback
+
+
 def test_a_long_page_is_read_in_windows_best_first(store: EvidenceStore) -> None:
     filler = " ".join(f"Filler sentence number {n} says nothing at all here." for n in range(60))
     page = put(store, f"{filler} {TEXT}")
@@ -257,7 +276,7 @@ def test_a_critic_that_never_approves_ends_with_the_last_clean_draft_labelled() 
     )
 
 
-def test_sources_a_model_report_leaves_uncited_get_the_extractive_sentences() -> None:
+def test_claims_a_model_report_leaves_unreported_get_their_extractive_sentences() -> None:
     anvils = "The company first made anvils for farms near Dayton."
     second = REQUEST.claims[0].model_copy(
         update={"id": "C2.1", "source_id": "S2", "text": anvils, "quote": anvils}
@@ -271,6 +290,8 @@ def test_sources_a_model_report_leaves_uncited_get_the_extractive_sentences() ->
     engine = model_engine(synthesiser=OneSentence())
 
     review = write_report(engine, request, revisions_max=0, may_revise=lambda: True)
+    misread = DraftSentence(text="Acme Corp makes farms in Dayton.", cites=["S2"])  # cites S2, says otherwise
+    assert not reported(second, [misread]) and reported(second, review.kept)
 
     assert [(s.text, s.cites, s.section) for s in review.kept] == [
         ("Jane Doe founded Acme Corp in 1947.", ["S1"], ""),
@@ -278,8 +299,8 @@ def test_sources_a_model_report_leaves_uncited_get_the_extractive_sentences() ->
     ]
     (degradation,) = engine.degradations.drain()
     assert degradation.short == (
-        "The synthesiser model's report left 1 source(s) with verified claims uncited; the extractive "
-        "sentences for them were added."
+        "The synthesiser model's report left 1 verified claim(s) unreported; their extractive sentences "
+        "were added."
     )
 
 

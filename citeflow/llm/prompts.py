@@ -96,15 +96,15 @@ def query_messages(question: str, subquestions: list[str]) -> list[Message]:
 
 
 def _verifier_task(limit: int) -> str:
+    # No example reply here: a 1.5B model copied an example's quote ("It was founded by ...") as its own.
     return (
         f"You extract evidence. From the page, propose up to {limit} claims that help answer the "
         "sub-question. Each claim has a `quote` copied character for character from the page text: one or "
-        "two whole sentences exactly as the page writes them (an 'It' stays 'It'; no tags). Its `text` "
+        "two whole sentences exactly as the page writes them, without the tags around the text. Its `text` "
         "says what the quote says, in the quote's own words: every number and every capitalised name in "
         "`text` must appear in `quote` or the page title; never add, drop or reverse a 'not'; never restate "
         "the question, ask a question or write an 'if'. If the page says nothing that helps, reply "
-        '{"claims": []}. Example reply: {"claims": [{"text": "Acme Corp was founded by Jane Doe in 1947.", '
-        '"quote": "It was founded by Jane Doe in 1947 in Ohio."}]}'
+        '{"claims": []}.'
     )
 
 
