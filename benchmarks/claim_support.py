@@ -85,16 +85,16 @@ def model_claim_shares(db: Path) -> tuple[list[float], list[tuple[float, str, st
     try:
         with store.cursor() as cur:
             claims = cur.execute(
-                "SELECT c.text, c.quote, c.reason FROM claims c JOIN runs r USING (run_id) "
-                "WHERE r.engine <> 'extractive' "
+                "SELECT c.text, c.quote, p.title FROM claims c JOIN runs r USING (run_id) "
+                "JOIN pages p ON p.id = c.page_id WHERE r.engine <> 'extractive' "
                 "AND c.reason NOT IN ('quote not found in page text', 'empty claim') "
                 "AND c.reason NOT LIKE 'quote shorter%' AND c.reason NOT LIKE 'duplicate%'"
             ).fetchall()
     finally:
         store.close()
     measured = [
-        (content_support(text, quote)[0], text, quote)
-        for text, quote, _ in claims
+        (content_support(text, quote, title)[0], text, quote)  # as verify.check_claim measures it
+        for text, quote, title in claims
         if normalise(text).casefold() != normalise(quote).casefold()
     ]
     return [share for share, _, _ in measured], sorted(measured)[:15]

@@ -80,15 +80,8 @@ class ModelQueryWriter:
 
 
 class ModelPlanner:
-    def __init__(
-        self,
-        client: RoleClient,
-        degradations: DegradationLog,
-        fewest: int,
-        query_writer: ModelQueryWriter | None = None,
-    ) -> None:
+    def __init__(self, client: RoleClient, fewest: int, query_writer: ModelQueryWriter | None = None) -> None:
         self.client = client
-        self.degradations = degradations
         self.fewest = fewest
         self.query_writer = query_writer
 
@@ -232,7 +225,7 @@ def build_engine(
         name=_engine_name(settings, fallback.name),
         planner=fallback.planner
         if planner_client is None
-        else ModelPlanner(planner_client, degradations, caps.subquestions_min, writer),
+        else ModelPlanner(planner_client, caps.subquestions_min, writer),
         extractor=fallback.extractor if verifier is None else verifier,
         synthesiser=fallback.synthesiser
         if synthesiser_client is None
