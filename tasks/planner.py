@@ -29,7 +29,8 @@ def enforce_plan(
     fill: list[SubQuestion] | None = None,
     min_subquestions: int = 1,
 ) -> list[SubQuestion]:
-    """The question itself, then what a planner proposed: empty and duplicate sub-questions dropped,
+    """The question itself, then what a planner proposed: empty and duplicate sub-questions (the same
+    text or the same query as an earlier one) dropped,
     the count capped, then `fill` sub-questions added (in order) while fewer than `min_subquestions`,
     numbered q1..qN in order."""
     seen: set[str] = set()
@@ -37,9 +38,9 @@ def enforce_plan(
 
     def add(text: str, query: str) -> None:
         text, query = text.strip(), (query.strip() or text.strip())
-        key = normalise(query).casefold()
-        if text and key not in seen and len(kept) < max_subquestions:
-            seen.add(key)
+        keys = {normalise(query).casefold(), normalise(text).casefold()}  # the same search, or question
+        if text and not keys & seen and len(kept) < max_subquestions:
+            seen.update(keys)
             kept.append(SubQuestion(id=f"q{len(kept) + 1}", position=len(kept), text=text, query=query))
 
     add(question, question)

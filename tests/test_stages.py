@@ -41,6 +41,9 @@ def test_enforce_plan_fills_up_to_the_minimum_only() -> None:
     plan = enforce_plan("Q?", [sub(5, "A?")], 5, fill, min_subquestions=3)
 
     assert [s.text for s in plan] == ["Q?", "A?", "F1?"]
+    # A fill sub-question asking what a proposed one asks, with another query, is the same question.
+    same = [sub(6, "A?", "a different query"), sub(7, "F1?")]
+    assert [s.text for s in enforce_plan("Q?", [sub(5, "A?")], 5, same, 3)] == ["Q?", "A?", "F1?"]
 
 
 def test_select_pages_goes_rank_by_rank_and_gives_every_sub_question_a_page() -> None:
