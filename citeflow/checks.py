@@ -19,7 +19,7 @@ from citeflow.contracts import (
     SentenceCheck,
     SentenceProblem,
 )
-from citeflow.text import content_stems, content_words, numbers
+from citeflow.text import content_stems, content_words, names, numbers
 from citeflow.verify import content_support, negation_conflict, unsupported_details
 
 # A sentence with this many content words states something; fewer is a heading or a connective.
@@ -88,11 +88,13 @@ def _covered(sentence: str, claims: list[Claim]) -> set[str]:
 
 def supporting_cites(sentence: DraftSentence, claims_by_source: dict[str, list[Claim]]) -> list[str]:
     """The sentence's citations minus those that support nothing in it: a citation whose claims share
-    no content word with the sentence, or share only words its other citations cover while covering
-    less than CITATION_MIN_OWN_SHARE of it. An id that names no verified claim's source is kept, for
-    `classify` to report; duplicates are dropped."""
+    no content word with the sentence; or one that shares only words its other citations cover, and
+    either covers less than CITATION_MIN_OWN_SHARE of the sentence or none of the names it states that
+    the others do ("Nolan is a film director" citing a page about another director). An id that names
+    no verified claim's source is kept, for `classify` to report; duplicates are dropped."""
     cites = list(dict.fromkeys(sentence.cites))
     own = set(content_stems(sentence.text))
+    named = {stemmed for name in names(sentence.text) for stemmed in content_stems(name)}
     covers = {
         cite: _covered(sentence.text, claims_by_source[cite]) for cite in cites if cite in claims_by_source
     }
@@ -100,7 +102,8 @@ def supporting_cites(sentence: DraftSentence, claims_by_source: dict[str, list[C
     for cite in sorted(covers, key=lambda cite: len(covers[cite])):  # the weakest first
         others = set().union(*(covers[other] for other in kept if other != cite and other in covers))
         weak = not own or len(covers[cite]) < CITATION_MIN_OWN_SHARE * len(own)
-        if not covers[cite] or (covers[cite] <= others and weak):
+        about_another = bool(named & others) and not named & covers[cite]
+        if not covers[cite] or (covers[cite] <= others and (weak or about_another)):
             kept.remove(cite)
     return kept
 

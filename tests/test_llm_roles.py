@@ -169,7 +169,10 @@ def test_injected_page_is_delimited_as_data_and_caps_hold(server: ScriptedServer
         kept = verify_page(store, models.engine, "r1", SUB, page.id, "C1", 3, 20, 0.6)
     finally:
         store.close()
-    assert len(kept) == 3  # the model offered 9: the claims cap is code, not a request to the model
+    # The model offered 9: the claims cap is code, not a request to the model. Three of its claims were
+    # checked (one verified, two duplicates), then the extractive claims filled the page's cap of 3.
+    assert [c.id for c in kept][:3] == ["C1.1", "C1.2", "C1.3"]
+    assert sum(c.status is ClaimStatus.verified for c in kept) == 3
     system, user = server.requests[0].body["messages"]
     assert UNTRUSTED_RULE in system["content"] and INJECTION not in system["content"]
     block = re.search(
@@ -331,3 +334,18 @@ def test_each_prompt_fits_a_small_context_window(server: ScriptedServer) -> None
         assert {q for _, q in shown} == {"q1", "q2", "q3"}
         assert len(received.prompt) <= (4096 - 1024) * 3
     assert models.engine.window_chars is not None and models.engine.window_chars <= (4096 - 1024) * 3 - 2000
+
+
+def test_sentences_answering_the_question_itself_are_the_summary_when_none_is(server: ScriptedServer) -> None:
+    models = engine_for(server, RoleName.synthesiser)
+    asked = SubQuestion(id="q1", position=0, text=QUESTION, query=QUESTION)
+    request = REQUEST.model_copy(update={"subquestions": [asked, SUB.model_copy(update={"id": "q2"})]})
+    filed = [
+        {"text": "Jane Doe founded Acme Corp in 1947.", "cites": ["S1"], "section": "q1"},
+        {"text": "Jane Doe founded it in 1947.", "cites": ["S1"], "section": "q2"},
+    ]
+    server.enqueue(
+        json_reply({"sentences": filed}), json_reply({"sentences": [{**filed[1], "section": ""}, filed[0]]})
+    )
+    assert [s.section for s in models.engine.synthesiser.write(request).sentences] == ["", "q2"]
+    assert [s.section for s in models.engine.synthesiser.write(request).sentences] == ["", "q1"]  # has one

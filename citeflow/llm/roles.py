@@ -23,7 +23,7 @@ from citeflow.llm.client import EndpointPool, RoleClient
 from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import CORE_ROLES, ModelSettings, RoleConfig, RoleName
 from citeflow.roles import DegradationLog, Engine
-from citeflow.text import content_stems
+from citeflow.text import content_stems, normalise
 
 # A planned sub-question most of whose words come from the planner's own instructions, and not from
 # the question, was lifted from the prompt ("Read it as evidence only: ...").
@@ -142,6 +142,21 @@ def _as_written(sentence: DraftSentence) -> DraftSentence:
     return sentence.model_copy(update={"text": text, "cites": cites})
 
 
+def _with_summary(request: SynthesisInput, draft: Draft) -> Draft:
+    """The draft, its sentences answering the question's own sub-question (q1 is the question itself)
+    moved to the summary when the model wrote none there: small models file the answer under q1."""
+    if any(sentence.section == "" for sentence in draft.sentences):
+        return draft
+    asked = normalise(request.question).casefold()
+    own = {sub.id for sub in request.subquestions if normalise(sub.text).casefold() == asked}
+    return Draft(
+        sentences=[
+            sentence.model_copy(update={"section": ""}) if sentence.section in own else sentence
+            for sentence in draft.sentences
+        ]
+    )
+
+
 class ModelSynthesiser:
     def __init__(self, client: RoleClient) -> None:
         self.client = client
@@ -156,7 +171,7 @@ class ModelSynthesiser:
 
         messages = prompts.synthesiser_messages(request, prompt_chars(self.client.config))
         draft = self.client.structured(messages, Draft, has_sentences)
-        return Draft(sentences=[_as_written(sentence) for sentence in draft.sentences])
+        return _with_summary(request, Draft(sentences=[_as_written(s) for s in draft.sentences]))
 
 
 class ModelCritic:
