@@ -19,6 +19,7 @@ from typing import Any
 
 from citeflow.config import load_settings
 from citeflow.contracts import Claim, ClaimStatus, Critique, Draft, Report, SynthesisInput
+from citeflow.roles import Degradation, degradation_caveats
 from flows.lifecycle import owned_run
 from flows.research import TASK_WORKERS, StageClock, record_degradations, research_flow, run_metrics
 from storage.store import get_store
@@ -27,7 +28,7 @@ from tasks.finish import finish
 from tasks.planner import plan_task
 from tasks.researcher import Researched, record_research, research_task
 from tasks.verifier import select_pages, verify_task
-from tasks.writer import critique_task, synthesise_task, write_report
+from tasks.writer import TaskSteps, critique_task, synthesise_task, write_report
 
 
 @dataclass
@@ -148,11 +149,14 @@ def flow_run(question: str, settings: dict[str, Any], refresh: bool) -> RunFigur
 class FunctionSteps:
     """The writer's steps as the tasks' own functions, without Prefect."""
 
-    def synthesise(self, request: SynthesisInput) -> Draft:
+    def synthesise(self, request: SynthesisInput) -> tuple[Draft, int]:
         return synthesise_task.fn(request)
 
-    def critique(self, request: SynthesisInput, draft: Draft) -> Critique:
+    def critique(self, request: SynthesisInput, draft: Draft) -> tuple[Critique, bool]:
         return critique_task.fn(request, draft)
+
+    def complete(self, request: SynthesisInput, draft: Draft) -> Draft:
+        return TaskSteps().complete(request, draft)
 
 
 def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
@@ -165,6 +169,7 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
     store = get_store(db)
     run_id = str(uuid.uuid4())
     clock = StageClock()
+    degraded: list[Degradation] = []
     with (
         open_run_context(run_id, question, loaded, store) as run,
         owned_run(store, run_id, question, loaded, run.engine.name),
@@ -174,10 +179,10 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
         def submit(function: Callable[..., Any], *args: Any) -> Future[Any]:
             return pool.submit(contextvars.copy_context().run, function, *args)
 
-        with clock.stage("plan"):
+        with clock.stage("plan") as metrics:
             subquestions = plan_task.fn(question)
         store.add_subquestions(run_id, subquestions)
-        record_degradations(run, "plan")
+        record_degradations(run, metrics, degraded)
         with clock.stage("research"):
             researched: list[Researched] = [
                 future.result() for future in [submit(research_task.fn, sub) for sub in subquestions]
@@ -188,7 +193,7 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
                 [source for one in researched for source in one.sources], caps.pages_verified_max
             )
         by_id = {sub.id: sub for sub in subquestions}
-        with clock.stage("verify"):
+        with clock.stage("verify") as metrics:
             verifying = [
                 submit(verify_task.fn, by_id[sub_id], page_id, f"C{n}")
                 for n, (page_id, sub_id) in enumerate(pages, start=1)
@@ -197,21 +202,21 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
             store.add_claims(
                 [claim.model_copy(update={"run_id": run_id}) for page in checked for claim in page]
             )
-            record_degradations(run, "verify")
+            record_degradations(run, metrics, degraded)
             numbered = store.number_sources(run_id)
             claims = store.claims(run_id, ClaimStatus.verified)
-        with clock.stage("write"):
+        with clock.stage("write") as metrics:
             request = SynthesisInput(
                 question=question, subquestions=subquestions, claims=claims, sources=numbered
             )
             review = write_report(
                 FunctionSteps(), request, caps.revisions_max, run.models.budget.may_start_revision
             )
-            record_degradations(run, "write")
+            record_degradations(run, metrics, degraded)
         report = finish(
             store, run_id, question, run.engine.name, subquestions, review, numbered, claims, found,
             len({page_id for page_id, _ in pages}), run_metrics(store, run_id, clock, started),
-            Path(loaded.reports), run.models.budget.caveats(),
+            Path(loaded.reports), degradation_caveats(degraded) + run.models.budget.caveats(),
         )  # fmt: skip
     return figures(db, report, time.perf_counter() - started, None)
 

@@ -47,6 +47,7 @@ from openai_server import EVIDENCE_LINE, UNTRUSTED_BLOCK, Received, Reply, Scrip
 from web_servers import LoopbackServer, Request, html_page  # noqa: E402
 from web_servers import Reply as WebReply  # noqa: E402
 
+from citeflow.llm.client import REMOTE_CONCURRENCY  # noqa: E402
 from citeflow.text import content_words, split_sentences  # noqa: E402
 
 TOPICS = 20
@@ -268,7 +269,9 @@ class Simulation:
 
     def settings(self) -> dict[str, Any]:
         """Dotted settings that point a run at this simulation: every role on the model, SearXNG search
-        over the simulated web and nothing else. Everything else keeps its default."""
+        over the simulated web and nothing else. The simulated model stands for a hosted endpoint, which
+        takes 16 calls at once by default; on loopback the default is 1 (llama.cpp, Ollama), so it is
+        said here. Everything else keeps its default."""
         return {
             "search": "searxng",
             "web.searxng_url": self.searxng_url,
@@ -276,6 +279,7 @@ class Simulation:
             "web.allow_hosts": ",".join(self.hosts),
             "defaults.base_url": self.model_url,
             "defaults.model": "simulated",
+            "models.max_concurrent_per_endpoint": REMOTE_CONCURRENCY,
         }
 
     def environment(self) -> dict[str, str]:
@@ -286,6 +290,7 @@ class Simulation:
             "CITEFLOW_ALLOW_HOSTS": ",".join(self.hosts),
             "OPENAI_BASE_URL": self.model_url,
             "CITEFLOW_MODEL": "simulated",
+            "CITEFLOW_MODELS__MAX_CONCURRENT_PER_ENDPOINT": str(REMOTE_CONCURRENCY),
         }
 
     def revise(self, topic: int, page: int) -> None:

@@ -7,9 +7,11 @@ citeflow.toml section for section, so a value has one name everywhere: `caps.tok
 (CONVENTIONAL_ENV: OPENAI_BASE_URL, CITEFLOW_MODEL, SEARXNG_URL, ...).
 
 Model roles: `[defaults]` holds what every role shares, `[planner]`, `[verifier]`, `[synthesiser]`,
-`[critic]` and `[query_writer]` what one role changes. A role is configured when it ends up with both a
-base URL and a model; an unconfigured role is played by the extractive engine. API keys are read from the
-variable named by `api_key_env` when a client is built, and never stored in settings.
+`[critic]` and `[query_writer]` what one role changes. A role is configured when it ends up with a base
+URL; with no model it uses the one model the endpoint lists at /v1/models (or loading fails, naming
+CITEFLOW_MODEL and the models offered). An unconfigured role is played by the extractive engine. API
+keys are read from the variable named by `api_key_env` when a client is built, and never stored in
+settings.
 
 Caps live here, in code, and every stage enforces them; no prompt is trusted to.
 """
@@ -28,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from citeflow.errors import InputError
+from citeflow.llm.discovery import only_model, public_url
 from citeflow.llm.settings import Limits, ModelSettings, Price, RoleConfig, RoleName
 from citeflow.web.settings import WebSettings
 
@@ -45,7 +48,6 @@ ROLE_SECTIONS = frozenset(["defaults", *RoleName])
 DEFAULT = "default"
 ENVIRONMENT = "environment"
 FLAGS = "flow parameter settings"
-
 
 
 # DuckDB's own spelling of a memory size, checked here so a typo is one clear line, not a DuckDB error.
@@ -83,6 +85,13 @@ class Caps(BaseModel):
     revisions_max: int = Field(2, ge=0, le=2, description="Synthesiser revisions after a critique.")
     token_budget: int = Field(200_000, ge=0, description="Model tokens (prompt + completion) per run.")
     quote_min_chars: int = Field(20, ge=1, description="Shorter quotes are rejected: they prove nothing.")
+    claim_support_min: float = Field(
+        0.6,
+        ge=0.0,
+        le=1.0,
+        description="Share of a claim's content words (stemmed) its quote must hold, names and numbers "
+        "aside (those must all be there); a claim whose text is its quote holds them all.",
+    )
     page_text_max_chars: int = Field(
         200_000, ge=1000, description="Page text beyond this is cut before storing."
     )
@@ -213,12 +222,40 @@ def load_settings(
             _put(merged, path, value)
             sources[".".join(path)] = source
     settings = _validated(Settings, merged, "settings")
+    settings = _with_served_models(settings, env, sources)
     settings.model_settings()  # a role set up by halves fails here, before any run
     tavily_key = env.get(settings.web.tavily_key_env) or None
     settings = settings.model_copy(
         update={"web": settings.web.model_copy(update={"tavily_api_key": tavily_key})}
     )
     return Loaded(settings=settings, sources=sources)
+
+
+def _with_served_models(settings: Settings, env: Mapping[str, str], sources: dict[str, str]) -> Settings:
+    """Each section with an endpoint but no model gets the endpoint's one model from /v1/models, so the
+    stored settings name the model the run used. [defaults] first: a role with no model of its own takes
+    the model [defaults] ends up with."""
+    update: dict[str, BaseModel] = {}
+    served: dict[str, str] = {}  # base URL -> its one model, asked once per endpoint
+    base: dict[str, Any] = {}
+    for name in ("defaults", *(role.value for role in RoleName)):
+        section = getattr(settings, name)
+        merged = base | _given(section)
+        if name == "defaults":
+            base = merged
+        elif not _given(section):
+            continue  # nothing of its own: [defaults] holds its endpoint and model
+        if "base_url" not in merged or "model" in merged:
+            continue
+        url = str(merged["base_url"])
+        if url not in served:
+            key_env = str(merged.get("api_key_env", RoleConfig.model_fields["api_key_env"].default))
+            served[url] = only_model(url, env.get(key_env, ""))
+        update[name] = section.model_copy(update={"model": served[url]})
+        sources[f"{name}.model"] = f"the one model {public_url(url)} serves"
+        if name == "defaults":
+            base = base | {"model": served[url]}
+    return settings.model_copy(update=update)
 
 
 def _read_toml(path: Path, required: bool) -> dict[str, Any]:

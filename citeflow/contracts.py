@@ -226,6 +226,9 @@ class StageMetrics(Record):
     sentences_removed: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    degradations: int = Field(
+        default=0, description="Outputs of this stage's roles replaced by the extractive engine's."
+    )
 
 
 class RunMetrics(Record):
@@ -234,6 +237,7 @@ class RunMetrics(Record):
     model_calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    degradations: int = Field(default=0, description="Fallbacks to the extractive engine, all stages.")
 
 
 class ModelCall(Record):
@@ -249,6 +253,10 @@ class ModelCall(Record):
     outcome: Outcome
     prompt_hash: str
     detail: str = ""
+    prompt: str = Field(
+        default="", description="The messages sent, as 'role: content' blocks; capped, empty when not stored."
+    )
+    reply: str = Field(default="", description="The reply text as received; capped, empty when not stored.")
 
 
 class Trace(Record):

@@ -2,14 +2,99 @@
 
 The extractive engine (citeflow/extractive.py) plays every role with no model; model-backed
 roles implement the same interfaces. The flow only ever talks to an `Engine`.
+
+A model-backed role that cannot give a usable answer raises citeflow.llm.errors.DegradableError; the
+stage functions in tasks/ then ask the engine's `fallback` (the extractive engine) for that one call,
+and record a Degradation. The same stages also fall back when a usable reply is useless: a page whose
+claims all fail the checks, a plan with no sub-question about the question, a draft whose every
+sentence fails the checks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from pydantic import BaseModel, Field
+
 from citeflow.contracts import ClaimDraft, Critique, Draft, Page, SubQuestion, SynthesisInput
+
+# A caveat line is at most this long: it is read in a list, not studied.
+CAVEAT_MAX_CHARS = 200
+# The error row of a fallback has the stage it happened in plus this ("verify:fallback"): the report's
+# caveats say it once per role (`degradation_caveats`), not once per row.
+FALLBACK_STAGE_SUFFIX = ":fallback"
+
+
+class Degradation(BaseModel):
+    """One call whose output the extractive engine's replaced (or, for the query writer, the planner's
+    own queries): the full reason goes to the run's error rows, `short` to the report's caveats."""
+
+    role: str
+    subject: str = Field(default="", description="What the role was working on: a page URL, 'plan', ...")
+    reason: str = Field(description="The full error or finding, for the run's error rows.")
+    short: str = Field(
+        max_length=CAVEAT_MAX_CHARS, description="One line written by citeflow, never by a model."
+    )
+
+
+# The degradations added by the code running in this context (a task's thread), when someone watches.
+_watching: ContextVar[list[Degradation] | None] = ContextVar("citeflow_degradations", default=None)
+
+
+class DegradationLog:
+    """Thread-safe list of degradations; the flow drains it after each stage into error rows, metrics
+    and caveats."""
+
+    def __init__(self) -> None:
+        self._items: list[Degradation] = []
+        self._lock = threading.Lock()
+
+    def add(self, role: str, subject: str, reason: str, short: str) -> None:
+        if len(short) > CAVEAT_MAX_CHARS:
+            short = short[: CAVEAT_MAX_CHARS - 3] + "..."
+        item = Degradation(role=role, subject=subject, reason=reason, short=short)
+        with self._lock:
+            self._items.append(item)
+        seen = _watching.get()
+        if seen is not None:
+            seen.append(item)
+
+    @contextmanager
+    def watch(self) -> Iterator[list[Degradation]]:
+        """The degradations added by code running inside the block in this context: stages run their
+        roles in the calling thread, so a task can tell its own fallbacks from other tasks'."""
+        seen: list[Degradation] = []
+        token = _watching.set(seen)
+        try:
+            yield seen
+        finally:
+            _watching.reset(token)
+
+    def drain(self) -> list[Degradation]:
+        with self._lock:
+            items, self._items = self._items, []
+        return items
+
+
+def degradation_caveats(degradations: list[Degradation]) -> list[str]:
+    """One caveat line per role that fell back: its one fallback's line, or the first of several with
+    how many there were."""
+    by_role: dict[str, list[Degradation]] = {}
+    for degradation in degradations:
+        by_role.setdefault(degradation.role, []).append(degradation)
+    lines = []
+    for role, items in by_role.items():
+        if len(items) == 1:
+            lines.append(items[0].short)
+            continue
+        line = f"The {role} fell back {len(items)} times; the first: {items[0].short}"
+        lines.append(line if len(line) <= CAVEAT_MAX_CHARS else line[: CAVEAT_MAX_CHARS - 3] + "...")
+    return lines
 
 
 class Planner(Protocol):
@@ -44,3 +129,10 @@ class Engine:
     extractor: ClaimExtractor
     synthesiser: Synthesiser
     critic: Critic
+    # The engine each stage falls back to for one call; None when this engine is that fallback.
+    fallback: Engine | None = None
+    degradations: DegradationLog = field(default_factory=DegradationLog)
+    # Page text per extractor call: longer pages are read in windows (tasks/verifier.py), at most
+    # `windows_max` of them. None: the whole page in one call.
+    window_chars: int | None = None
+    windows_max: int = 1

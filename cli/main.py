@@ -226,7 +226,7 @@ def models_check(
     for check in checks:
         where = f" {check.model} at {check.endpoint}" if check.model else ""
         timing = f" in {check.latency_seconds:.2f}s" if check.latency_seconds is not None else ""
-        fmt = f", {check.reply_format}" if check.reply_format else ""
+        fmt = f", {check.reply_format}, {check.token_parameter}" if check.reply_format else ""
         status = check.status.value.replace("_", " ")
         line = f"{check.role}: {status}{where}{timing}{fmt}. {check.detail}"
         out.print(line.rstrip(), highlight=False, soft_wrap=True)

@@ -37,6 +37,7 @@ from citeflow.contracts import (
     SynthesisInput,
     Trace,
 )
+from citeflow.roles import FALLBACK_STAGE_SUFFIX, Degradation, degradation_caveats
 from flows.lifecycle import owned_run
 from flows.notifications import notify as tell
 from storage.store import EvidenceStore, get_store
@@ -87,15 +88,21 @@ def run_metrics(store: EvidenceStore, run_id: str, clock: StageClock, started: f
         model_calls=sum(role.calls for role in usage.values()),
         tokens_in=sum(role.prompt_tokens for role in usage.values()),
         tokens_out=sum(role.completion_tokens for role in usage.values()),
+        degradations=sum(metrics.degradations for metrics in stages),
     )
 
 
-def record_degradations(run: RunContext, stage: str) -> None:
-    """A role that fell back to its safe default is an error row, and so a caveat of the report."""
+def record_degradations(run: RunContext, stage: StageMetrics, done: list[Degradation]) -> None:
+    """Each fallback of the stage: an error row with the full reason, a count in the stage's metrics,
+    and (through `done`) a short caveat of the report."""
     for degradation in run.models.degradations.drain():
         subject = f" ({degradation.subject})" if degradation.subject else ""
-        detail = f"the {degradation.role} fell back to its default{subject}: {degradation.reason}"
-        run.store.add_error(RunError(run_id=run.run_id, stage=stage, detail=detail))
+        detail = f"the {degradation.role} fell back to the extractive engine{subject}: {degradation.reason}"
+        run.store.add_error(
+            RunError(run_id=run.run_id, stage=f"{stage.stage}{FALLBACK_STAGE_SUFFIX}", detail=detail)
+        )
+        stage.degradations += 1
+        done.append(degradation)
 
 
 def settled(
@@ -134,15 +141,16 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
         progress=0.0, key=f"progress-{artifact_key}", description=f"Run {run_id}"
     )
     clock = StageClock()
+    degraded: list[Degradation] = []
 
-    with clock.stage("plan"):
+    with clock.stage("plan") as metrics:
         plan_future = fresh(plan_task, refresh).submit(run.question)
         [subquestions] = settled(run, "plan", [plan_future], [None]) or [[]]
     if not subquestions:  # the plan task failed past its retries: the question itself is researched
         subquestions = [SubQuestion(id="q1", position=0, text=run.question, query=run.question)]
     with store.session():  # each stage's records in one short hold of the store file
         store.add_subquestions(run_id, subquestions)
-        record_degradations(run, "plan")
+        record_degradations(run, metrics, degraded)
     logger.info("plan: %d sub-questions: %s", len(subquestions), " | ".join(s.text for s in subquestions))
     update_progress_artifact(progress, 10.0)
 
@@ -182,7 +190,7 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
             store.add_claims(
                 [claim.model_copy(update={"run_id": run_id}) for page in checked for claim in page]
             )
-            record_degradations(run, "verify")
+            record_degradations(run, metrics, degraded)
             numbered = store.number_sources(run_id)
             claims = store.claims(run_id, ClaimStatus.verified)
             metrics.claims_rejected = len(store.claims(run_id, ClaimStatus.rejected))
@@ -200,7 +208,8 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
             review = write_report(
                 TaskSteps(refresh), request, caps.revisions_max, run.models.budget.may_start_revision
             )
-            record_degradations(run, "write")
+            with store.session():
+                record_degradations(run, metrics, degraded)
             metrics.sentences_removed = len(review.removed)
             logger.info(
                 "write: %d sentences kept, %d removed, %d revisions",
@@ -223,6 +232,7 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
         metrics_now,
         artifact_key,
         changes,
+        degradation_caveats(degraded),
     )
     update_progress_artifact(progress, 100.0)
     logger.info("finish: %s report at %s", report.status.value, report.report_path)

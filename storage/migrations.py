@@ -155,7 +155,18 @@ def m003_run_topic(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE runs ADD COLUMN topic VARCHAR")
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_run_owner, m003_run_topic]
+def m004_model_call_text(con: duckdb.DuckDBPyConnection) -> None:
+    """What each model call was shown and answered (ModelCall.prompt, ModelCall.reply), so a run's
+    rejected claims and fallbacks can be explained from the store. Rows stored before hold ''."""
+    con.execute(
+        """
+        ALTER TABLE model_calls ADD COLUMN prompt VARCHAR DEFAULT '';
+        ALTER TABLE model_calls ADD COLUMN reply VARCHAR DEFAULT '';
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_run_owner, m003_run_topic, m004_model_call_text]
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:

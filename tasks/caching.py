@@ -38,8 +38,8 @@ import citeflow
 import tasks
 from citeflow.config import Settings
 from citeflow.llm.client import public_url
-from citeflow.llm.roles import DegradationLog
 from citeflow.llm.settings import RoleName
+from citeflow.roles import DegradationLog
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -26,12 +26,16 @@ from citeflow.contracts import (
     Source,
     SubQuestion,
 )
+from citeflow.roles import CAVEAT_MAX_CHARS, FALLBACK_STAGE_SUFFIX
 from citeflow.sanitize import for_markdown as md
 from storage.store import EvidenceStore
 from tasks.audit import audit
 from tasks.changes import Changes, changes_markdown, changes_table
 from tasks.context import current_run
 from tasks.writer import Review
+
+# A sub-question quoted in a caveat is cut to this, so the caveat stays one short line.
+SUBQUESTION_SHOWN_CHARS = 150
 
 
 def slug(text: str, limit: int = 48) -> str:
@@ -56,7 +60,9 @@ def caveats_for(
         )
     answered = {claim.subquestion_id for claim in claims}
     caveats += [
-        f'No verified evidence was found for "{sub.text}".' for sub in subquestions if sub.id not in answered
+        f'No verified evidence was found for "{shortened(sub.text, SUBQUESTION_SHOWN_CHARS)}".'
+        for sub in subquestions
+        if sub.id not in answered
     ]
     if review is not None and review.removed:
         checks = sorted({reason.split(":")[0] for reason in review.removed.values()})
@@ -67,6 +73,18 @@ def caveats_for(
     if review is not None and review.caveat:
         caveats.append(review.caveat)
     return caveats
+
+
+def shortened(text: str, limit: int) -> str:
+    """The text on one line, cut to `limit` characters with an ellipsis when longer."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
+
+
+def error_caveat(error: RunError) -> str:
+    """A run error as one caveat line of at most CAVEAT_MAX_CHARS; the full text stays in its row."""
+    where = error.stage + (f" for {error.subquestion_id}" if error.subquestion_id else "")
+    return shortened(f"{where}: {error.detail}", CAVEAT_MAX_CHARS)
 
 
 def run_status(review: Review | None, caveats: list[str]) -> RunStatus:
@@ -161,22 +179,22 @@ def finish(
     pages_verified: int,
     metrics: RunMetrics,
     reports_dir: Path,
-    budget_caveats: list[str],
+    model_caveats: list[str],
     changes: Changes | None = None,
 ) -> Report:
     """Assemble the report, audit it against the store, then store it and write its file. `claims` are
-    the verified claims of the run; `budget_caveats` say what the model budget stopped, if anything;
-    `changes`, for a recurring topic, what changed since its last run.
+    the verified claims of the run; `model_caveats` say where roles fell back and what the model budget
+    stopped, one line each (the error rows of fallbacks are not repeated); `changes`, for a recurring
+    topic, what changed since its last run.
 
     The audit runs before the run is stored as complete: a report that fails it (a bug in a stage, never
     expected) is stored as failed, with the problems in the run's errors. A failed run writes no file."""
     errors = [
-        f"{error.stage}"
-        + (f" for {error.subquestion_id}" if error.subquestion_id else "")
-        + f": {error.detail}"
+        error_caveat(error)
         for error in store.errors(run_id)
+        if not error.stage.endswith(FALLBACK_STAGE_SUFFIX)
     ]
-    caveats = caveats_for(subquestions, claims, review, errors + budget_caveats, pages_found, pages_verified)
+    caveats = caveats_for(subquestions, claims, review, errors + model_caveats, pages_found, pages_verified)
     status = run_status(review, caveats)
     sentences = report_sentences(run_id, review)
     kept = [sentence for sentence in sentences if sentence.status is SentenceStatus.kept]
@@ -187,7 +205,7 @@ def finish(
         status=status,
         markdown="",
         sources=[source for source in sources if source.id in cited],
-        claims=claims,
+        claims=[claim for claim in claims if claim.source_id in cited],  # only claims it lists sources of
         sentences=kept,
         caveats=caveats,
         metrics=metrics,
@@ -254,7 +272,9 @@ def finish_task(
     metrics: RunMetrics,
     artifact_key: str,
     changes: Changes | None,
+    fallback_caveats: list[str],
 ) -> Report:
+    """`fallback_caveats`: one line per role that fell back to the extractive engine in this run."""
     run = current_run()
     with run.store.session():  # the report's rows, its audit and the run's final status in one hold
         report = finish(
@@ -270,7 +290,7 @@ def finish_task(
             pages_verified,
             metrics,
             Path(run.settings.reports),
-            run.models.budget.caveats(),
+            fallback_caveats + run.models.budget.caveats(),
             changes,
         )
     publish_artifacts(report, artifact_key, changes)

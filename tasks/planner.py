@@ -1,4 +1,11 @@
-"""Plan: split the question into sub-questions, with the cap and the numbering enforced here."""
+"""Plan: split the question into sub-questions, with the cap, the minimum and the numbering enforced here.
+
+The question itself is always the first sub-question, so whatever a planner proposes the question is
+researched. A proposed sub-question that shares no content word with the question is not about it and
+is dropped. Behind a model planner's sub-questions come the fallback's (the extractive planner's), up
+to the cap; so a model plan that fails, proposes nothing about the question or falls short of the
+minimum is replaced or filled by the fallback's, and the run records that degradation.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +13,80 @@ from typing import Any
 
 from prefect import task
 
-from citeflow.contracts import SubQuestion
+from citeflow.contracts import Outcome, SubQuestion
+from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
 from citeflow.roles import Engine
-from citeflow.text import normalise
+from citeflow.text import content_stems, normalise
 from tasks.caching import StageKey, cached_unless_degraded, role_identity
 from tasks.context import current_run
 from tasks.retries import not_rejected
-from tasks.tracing import traced
+from tasks.tracing import Step, traced
 
 
-def enforce_plan(question: str, proposed: list[SubQuestion], max_subquestions: int) -> list[SubQuestion]:
-    """Whatever a planner proposed: drop empty and duplicate sub-questions, cap the count, number them
-    q1..qN in order. With nothing usable left, the question itself is the one sub-question."""
+def about_question(question: str, subquestion: SubQuestion) -> bool:
+    """Whether the sub-question shares a content word (stemmed) with the question."""
+    return bool(set(content_stems(f"{subquestion.text} {subquestion.query}")) & set(content_stems(question)))
+
+
+def enforce_plan(
+    question: str,
+    proposed: list[SubQuestion],
+    max_subquestions: int,
+    fill: list[SubQuestion] | None = None,
+    min_subquestions: int = 1,
+) -> list[SubQuestion]:
+    """The question itself, then what a planner proposed: empty and duplicate sub-questions (the same
+    text or the same query as an earlier one) dropped,
+    the count capped, then `fill` sub-questions added (in order) while fewer than `min_subquestions`,
+    numbered q1..qN in order."""
     seen: set[str] = set()
     kept: list[SubQuestion] = []
+
+    def add(text: str, query: str) -> None:
+        text, query = text.strip(), (query.strip() or text.strip())
+        keys = {normalise(query).casefold(), normalise(text).casefold()}  # the same search, or question
+        if text and not keys & seen and len(kept) < max_subquestions:
+            seen.update(keys)
+            kept.append(SubQuestion(id=f"q{len(kept) + 1}", position=len(kept), text=text, query=query))
+
+    add(question, question)
     for sub in proposed:
-        text, query = sub.text.strip(), (sub.query.strip() or sub.text.strip())
-        key = normalise(query).casefold()
-        if not text or key in seen:
-            continue
-        seen.add(key)
-        kept.append(SubQuestion(id=f"q{len(kept) + 1}", position=len(kept), text=text, query=query))
-        if len(kept) == max_subquestions:
+        add(sub.text, sub.query)
+    for sub in fill or []:
+        if len(kept) >= min(min_subquestions, max_subquestions):
             break
-    return kept or [SubQuestion(id="q1", position=0, text=question, query=question)]
+        add(sub.text, sub.query)
+    return kept
 
 
-def plan(engine: Engine, question: str, max_subquestions: int) -> list[SubQuestion]:
-    return enforce_plan(question, engine.planner.plan(question, max_subquestions), max_subquestions)
+def plan(
+    engine: Engine, question: str, max_subquestions: int, min_subquestions: int, step: Step
+) -> list[SubQuestion]:
+    """The question itself, then the planner's sub-questions about it; with a model planner, the
+    extractive planner's fill the plan to its cap, and a plan short of the minimum is a degradation."""
+    failure: DegradableError | None = None
+    try:
+        proposed = engine.planner.plan(question, max_subquestions)
+    except DegradableError as error:
+        proposed, failure = [], error
+    usable = [sub for sub in proposed if about_question(question, sub)]
+    subquestions = enforce_plan(question, usable, max_subquestions)
+    if engine.fallback is not None:
+        short = failure is not None or len(subquestions) < min(min_subquestions, max_subquestions)
+        # The fallback's sub-questions fill the plan to its cap: its rule-made searches for each
+        # entity of the question find pages a model's wording misses, and cost no call.
+        fill = engine.fallback.planner.plan(question, max_subquestions)
+        subquestions = enforce_plan(question, usable, max_subquestions, fill, max_subquestions)
+        if short:
+            record_plan_fallback(engine, failure, len(proposed), len(usable), min_subquestions)
+            step.outcome = Outcome.degraded
+    step.detail = f"{len(subquestions)} sub-questions" + (
+        f" ({len(proposed) - len(usable)} proposed ones not about the question dropped)"
+        if len(usable) < len(proposed)
+        else ""
+    )
+    return subquestions
 
 
 def _plan_key(inputs: dict[str, Any]) -> list[Any]:
@@ -58,8 +110,28 @@ def _plan_key(inputs: dict[str, Any]) -> list[Any]:
 )
 def plan_task(question: str) -> list[SubQuestion]:
     run = current_run()
-    with traced(run.store, run.run_id, "plan", run.engine.name) as step:
-        with cached_unless_degraded(run.models.degradations):
-            subquestions = plan(run.engine, question, run.settings.caps.subquestions_max)
-        step.detail = f"{len(subquestions)} sub-questions"
+    caps = run.settings.caps
+    with (
+        traced(run.store, run.run_id, "plan", run.engine.name) as step,
+        cached_unless_degraded(run.models.degradations),
+    ):
+        subquestions = plan(run.engine, question, caps.subquestions_max, caps.subquestions_min, step)
     return subquestions
+
+
+def record_plan_fallback(
+    engine: Engine, failure: DegradableError | None, proposed: int, usable: int, min_subquestions: int
+) -> None:
+    if failure is not None:
+        reason = str(failure)
+        short = f"The planner model's plan was unusable ({failure.what}); the extractive planner's was used."
+    else:
+        reason = (
+            f"the planner proposed {proposed} sub-question(s), {usable} of them about the question; "
+            f"the plan needs {min_subquestions} with the question itself"
+        )
+        short = (
+            f"The planner model gave {usable} usable sub-question(s) of the {min_subquestions - 1} needed "
+            "beside the question; the extractive planner's filled the plan."
+        )
+    engine.degradations.add("planner", "plan", reason, short)

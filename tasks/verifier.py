@@ -1,19 +1,37 @@
-"""Verify: claims proposed from each page are kept only if their quote is found in the stored text."""
+"""Verify: claims proposed from each page are kept only if their quote is found in the stored text and
+they say what it says (citeflow/verify.py).
+
+A model is asked about a page only when the page shares words with the sub-question (`about`).
+A page longer than the engine's window is read in windows, the most relevant to the sub-question
+first, until the claims cap is reached. The cap is filled with the extractor's verified claims first,
+then the fallback extractor's (the extractive engine's): a model that keeps one sentence of a page does
+not cost the page's other evidence. When the extractor's reply is unusable, or none of its claims
+passes the checks, the page is the fallback's alone, and the run records the degradation: one bad
+reply costs that page's model claims, never the page.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from prefect import task
 
-from citeflow.contracts import Claim, Page, RunSource, SubQuestion
+from citeflow.contracts import Claim, ClaimDraft, ClaimStatus, Outcome, Page, RunSource, SubQuestion
+from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
-from citeflow.roles import ClaimExtractor
+from citeflow.roles import ClaimExtractor, Engine
+from citeflow.text import content_stems, normalise, split_sentences
 from citeflow.verify import verify_drafts
 from tasks.caching import StageKey, cached_unless_degraded, role_identity
 from tasks.context import current_run
 from tasks.retries import not_rejected
-from tasks.tracing import traced
+from tasks.tracing import Step, traced
+
+# A page must share this many content words with its sub-question before a model is asked about it
+# (the extractive extractor asks the same of its query): on hotpotqa-100, 5 of 11 pages a model
+# verifier read for one question were found on a single stray word, at about 90 s a page on a CPU.
+PAGE_MIN_SHARED_STEMS = 2
 
 
 def select_pages(sources: list[RunSource], max_pages: int) -> tuple[list[tuple[str, str]], int]:
@@ -38,26 +56,132 @@ def select_pages(sources: list[RunSource], max_pages: int) -> tuple[list[tuple[s
     return pairs, len({source.page_id for source in sources})
 
 
+def page_windows(text: str, window_chars: int | None, query: str, windows_max: int) -> list[str]:
+    """The page text in windows of at most `window_chars`, cut between sentences (a longer sentence is
+    cut where the window ends), and the `windows_max` sharing most words with `query`, best first
+    (ties: earlier first). The whole text when it fits one window."""
+    if window_chars is None or len(text) <= window_chars:
+        return [text]
+    windows: list[str] = []
+    start = end = 0
+    for span in split_sentences(text):
+        if span.end - start > window_chars and end > start:
+            windows.append(text[start:end])
+            start = span.start
+        while span.end - start > window_chars:  # one sentence longer than a window
+            windows.append(text[start : start + window_chars])
+            start += window_chars
+        end = span.end
+    if end > start:
+        windows.append(text[start:end])
+    wanted = set(content_stems(query))
+    ranked = sorted(range(len(windows)), key=lambda n: (-len(wanted & set(content_stems(windows[n]))), n))
+    return [windows[n] for n in ranked[:windows_max]]
+
+
+def about(subquestion: SubQuestion, page: Page) -> bool:
+    """Whether the page shares at least PAGE_MIN_SHARED_STEMS content words (stemmed) with the
+    sub-question (or all of them when it has fewer): a page search found on one stray word is not."""
+    wanted = set(content_stems(f"{subquestion.text} {subquestion.query}"))
+    shared = wanted & set(content_stems(f"{page.title}\n{page.text}"))
+    return len(shared) >= min(PAGE_MIN_SHARED_STEMS, len(wanted))
+
+
+def propose(
+    extractor: ClaimExtractor, subquestion: SubQuestion, page: Page, limit: int, windows: list[str]
+) -> list[ClaimDraft]:
+    """Up to `limit` drafts, window by window until the limit is reached."""
+    drafts: list[ClaimDraft] = []
+    for window in windows:
+        shown = page if window == page.text else page.model_copy(update={"text": window})
+        drafts += extractor.extract(subquestion, shown, limit - len(drafts))[: limit - len(drafts)]
+        if len(drafts) >= limit:
+            break
+    return drafts
+
+
+def _overlaps(quote: str, other: str) -> bool:
+    """Whether two normalised quotes repeat each other: one holds the other."""
+    return quote in other or other in quote
+
+
+def _why_none_verified(drafts: list[ClaimDraft], claims: list[Claim]) -> tuple[str, str]:
+    """(full reason, a few words for the caveat) when no model claim of a page was verified."""
+    if not drafts:
+        return "the reply proposed no claims", "were none"
+    reasons = Counter(claim.reason.split(":")[0] for claim in claims)
+    listed = ", ".join(f"{reason} ({count})" for reason, count in reasons.most_common())
+    return f"all {len(drafts)} proposed claims failed the checks: {listed}", "all failed the checks"
+
+
 def verify_page(
-    extractor: ClaimExtractor,
+    engine: Engine,
     run_id: str,
     subquestion: SubQuestion,
     page: Page,
     claim_prefix: str,
     claims_per_page: int,
     quote_min_chars: int,
+    support_min: float,
+    step: Step,
 ) -> list[Claim]:
     """Extract claims from one page for one sub-question and check each mechanically: every claim comes
-    back, rejected ones with their reason."""
-    drafts = extractor.extract(subquestion, page, claims_per_page)[:claims_per_page]
-    return verify_drafts(
-        drafts,
-        page,
-        subquestion_id=subquestion.id,
-        run_id=run_id,
-        claim_prefix=claim_prefix,
-        min_quote_chars=quote_min_chars,
+    back, rejected ones with their reason. With a fallback engine, the fallback's claims for the same
+    page fill the claims cap after the model's verified ones, and a page the model verified nothing
+    from is a recorded degradation."""
+
+    def checked(drafts: list[ClaimDraft], first: int) -> list[Claim]:
+        return verify_drafts(
+            drafts,
+            page,
+            subquestion_id=subquestion.id,
+            run_id=run_id,
+            claim_prefix=claim_prefix,
+            min_quote_chars=quote_min_chars,
+            support_min=support_min,
+            first_number=first,
+        )
+
+    if engine.fallback is not None and not about(subquestion, page):
+        step.detail = f"page {page.id}: not about the sub-question, so no model was asked"
+        return []
+    windows = page_windows(page.text, engine.window_chars, subquestion.query, engine.windows_max)
+    failure: DegradableError | None = None
+    try:
+        drafts = propose(engine.extractor, subquestion, page, claims_per_page, windows)
+    except DegradableError as error:
+        drafts, failure = [], error
+    claims = checked(drafts, 1)
+    verified = sum(claim.status is ClaimStatus.verified for claim in claims)
+    read = f"{len(windows)} window(s) of {len(page.text):,} characters" if len(windows) > 1 else ""
+    step.detail = f"page {page.id}: {len(drafts)} claims proposed, {verified} verified" + (
+        f", from {read}" if read else ""
     )
+    if engine.fallback is None or verified >= claims_per_page:
+        return claims
+    # The claims cap is filled with the model's verified claims first, then the fallback's.
+    have = [normalise(c.quote).casefold() for c in claims if c.status is ClaimStatus.verified]
+    extra = [
+        draft
+        for draft in engine.fallback.extractor.extract(subquestion, page, claims_per_page)
+        if not any(_overlaps(normalise(draft.quote).casefold(), quote) for quote in have)
+    ][: claims_per_page - verified]
+    added = checked(extra, len(claims) + 1)
+    kept = sum(claim.status is ClaimStatus.verified for claim in added)
+    step.detail += f"; extractive: {kept} verified"
+    if not verified:
+        if failure is not None:
+            reason, why = str(failure), failure.what
+        else:
+            reason, why = _why_none_verified(drafts, claims)
+        engine.degradations.add(
+            "verifier",
+            page.url,
+            f"page {page.id}: {reason}; the extractive extractor verified {kept} claim(s)",
+            f"The verifier model's claims for a page {why}; the extractive extractor read the page.",
+        )
+        step.outcome = Outcome.degraded
+    return claims + added
 
 
 def _verify_key(inputs: dict[str, Any]) -> list[Any]:
@@ -74,7 +198,9 @@ def _verify_key(inputs: dict[str, Any]) -> list[Any]:
         role_identity(settings, RoleName.verifier),
         settings.caps.claims_per_page,
         settings.caps.quote_min_chars,
+        settings.caps.claim_support_min,
         settings.models.verifier_page_chars,
+        settings.models.verifier_windows_max,
     ]
 
 
@@ -92,16 +218,18 @@ def verify_task(subquestion: SubQuestion, page_id: str, claim_prefix: str) -> li
     run = current_run()
     caps = run.settings.caps
     page = run.store.get_page(page_id)
-    with traced(run.store, run.run_id, "verify", run.engine.name, subquestion.id) as step:
-        with cached_unless_degraded(run.models.degradations):
-            claims = verify_page(
-                run.engine.extractor,
-                run.run_id,
-                subquestion,
-                page,
-                claim_prefix,
-                caps.claims_per_page,
-                caps.quote_min_chars,
-            )
-        step.detail = f"page {page_id}: {len(claims)} claims proposed"
-    return claims
+    with (
+        traced(run.store, run.run_id, "verify", run.engine.name, subquestion.id) as step,
+        cached_unless_degraded(run.models.degradations),
+    ):
+        return verify_page(
+            run.engine,
+            run.run_id,
+            subquestion,
+            page,
+            claim_prefix,
+            caps.claims_per_page,
+            caps.quote_min_chars,
+            caps.claim_support_min,
+            step,
+        )

@@ -1,9 +1,14 @@
 """Synthesise and critique: draft, check mechanically, let the critic judge, revise at most N times.
 
-Mechanical checks come first and a critic only sees drafts that pass them. Whatever the critic says,
-a sentence that fails a mechanical check after the last revision is removed, never shipped.
+Each draft first loses the citations that support nothing in its sentences; then the mechanical checks
+run, and a critic only sees drafts that pass them. A draft none of whose sentences passes is replaced by
+the fallback synthesiser's (the extractive engine's) from the same claims, and so is a draft the
+synthesiser could not give at all. When the critic never approves, the report is the last draft that
+passed the mechanical checks whole. Whatever the critic says, a sentence that fails a mechanical check
+is removed, never shipped: with verified claims, a report always has sentences, and (with a fallback)
+every verified claim is reported by one of them.
 
-The loop (`write_report`) takes its two steps from a `WriterSteps`: the flow passes the Prefect tasks
+The loop (`write_report`) takes its steps from a `WriterSteps`: the flow passes the Prefect tasks
 (`synthesise_task`, `critique_task`, each draft and each verdict a task run of its own, cached), tests and
 benchmarks pass the engine's roles directly (`EngineSteps`).
 """
@@ -17,15 +22,20 @@ from typing import Any, Protocol
 
 from prefect import task
 
-from citeflow.checks import failing_sentences, mechanical_critique
-from citeflow.contracts import Critique, Draft, DraftSentence, SynthesisInput
+from citeflow.checks import failing_sentences, mechanical_critique, prune_citations
+from citeflow.contracts import Claim, Critique, Draft, DraftSentence, SynthesisInput
 from citeflow.llm.budget import REVISION_SHARE
+from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
 from citeflow.roles import Engine
+from citeflow.verify import content_support
 from tasks.caching import StageKey, cached_unless_degraded, fresh, role_identity
 from tasks.context import current_run
 from tasks.retries import not_rejected
 from tasks.tracing import traced
+
+# A claim is reported when sentences citing its source hold this share of its content words.
+REPORTED_MIN_SHARE = 0.5
 
 
 class LoopEnd(StrEnum):
@@ -43,6 +53,9 @@ class Review:
     revisions: int
     end: LoopEnd
     removed: dict[int, str]  # position in the draft -> why the sentence failed the mechanical checks
+    critic_ran: bool = True  # False when no draft passed the mechanical checks, so no critic judged one
+    earlier_draft: bool = False  # the report is an earlier draft than the last: the last one failed checks
+    cites_dropped: int = 0  # citations removed from the shipped draft because they supported nothing
 
     @property
     def kept(self) -> list[DraftSentence]:
@@ -59,15 +72,62 @@ class Review:
             LoopEnd.budget: f"and no revision was started because {REVISION_SHARE:.0%} of the model budget "
             "was spent",
         }[self.end]
-        return why and f"The critic did not approve this report {why}."
+        if why is None:
+            return None
+        if not self.critic_ran:  # then no draft was clean, so the report is the last one, trimmed
+            return "No draft passed the mechanical citation checks whole, so no critic judged one."
+        line = f"The critic did not approve this report {why}"
+        if self.earlier_draft:
+            line += "; the report is the last draft that passed the mechanical checks"
+        return line + "."
 
 
-def critique(engine: Engine, request: SynthesisInput, draft: Draft) -> Critique:
-    """The mechanical verdict, and the critic's only when the mechanical checks pass."""
+def critique(engine: Engine, request: SynthesisInput, draft: Draft) -> tuple[Critique, bool]:
+    """The mechanical verdict, and the critic's only when the mechanical checks pass (then True).
+    A critic that cannot answer is replaced by the fallback's for this draft, and recorded."""
     mechanical = mechanical_critique(draft, request.claims)
     if not mechanical.approved:
-        return mechanical
-    return engine.critic.review(request, draft)
+        return mechanical, False
+    try:
+        return engine.critic.review(request, draft), True
+    except DegradableError as error:
+        if engine.fallback is None:
+            raise
+        engine.degradations.add(
+            "critic",
+            "report",
+            str(error),
+            f"The critic model did not judge a draft ({error.what}); the mechanical checks judged it.",
+        )
+        return engine.fallback.critic.review(request, draft), True
+
+
+def draft_report(engine: Engine, request: SynthesisInput) -> tuple[Draft, int]:
+    """A draft from the synthesiser, its citations pruned, and how many were dropped. The fallback
+    synthesiser's draft from the same claims replaces one that could not be written, or whose every
+    sentence fails the mechanical checks."""
+    try:
+        draft, why, reason = engine.synthesiser.write(request), "", ""
+    except DegradableError as error:
+        if engine.fallback is None:
+            raise
+        draft, why, reason = Draft(sentences=[]), error.what, str(error)
+    draft, dropped = prune_citations(draft, request.claims)
+    if engine.fallback is not None and request.claims and not why:
+        verdict = mechanical_critique(draft, request.claims)
+        if len(failing_sentences(draft, verdict)) == len(draft.sentences):
+            why = "failed the checks in every sentence"
+            reason = f"every one of the draft's {len(draft.sentences)} sentences failed: {verdict.notes}"
+    if why and engine.fallback is not None:
+        engine.degradations.add(
+            "synthesiser",
+            "report",
+            reason,
+            f"The synthesiser model's draft {why}; the extractive draft from the same claims was used.",
+        )
+        fresh = request.model_copy(update={"previous": None, "critique": None})
+        draft, dropped = prune_citations(engine.fallback.synthesiser.write(fresh), request.claims)
+    return draft, dropped
 
 
 def revision_end(
@@ -93,9 +153,11 @@ def revision_end(
 
 
 class WriterSteps(Protocol):
-    def synthesise(self, request: SynthesisInput) -> Draft: ...
+    def synthesise(self, request: SynthesisInput) -> tuple[Draft, int]: ...
 
-    def critique(self, request: SynthesisInput, draft: Draft) -> Critique: ...
+    def critique(self, request: SynthesisInput, draft: Draft) -> tuple[Critique, bool]: ...
+
+    def complete(self, request: SynthesisInput, draft: Draft) -> Draft: ...
 
 
 @dataclass(frozen=True)
@@ -104,11 +166,14 @@ class EngineSteps:
 
     engine: Engine
 
-    def synthesise(self, request: SynthesisInput) -> Draft:
-        return self.engine.synthesiser.write(request)
+    def synthesise(self, request: SynthesisInput) -> tuple[Draft, int]:
+        return draft_report(self.engine, request)
 
-    def critique(self, request: SynthesisInput, draft: Draft) -> Critique:
+    def critique(self, request: SynthesisInput, draft: Draft) -> tuple[Critique, bool]:
         return critique(self.engine, request, draft)
+
+    def complete(self, request: SynthesisInput, draft: Draft) -> Draft:
+        return with_every_claim(self.engine, request, draft)
 
 
 def write_report(
@@ -116,17 +181,54 @@ def write_report(
 ) -> Review:
     """Draft, critique and revise until approved, out of revisions, stuck, or out of budget
     (`may_revise` answers whether a new revision may start)."""
-    draft = steps.synthesise(request)
-    verdict = steps.critique(request, draft)
+    draft, dropped = steps.synthesise(request)
+    verdict, critic_ran = steps.critique(request, draft)
+    clean = (draft, verdict, dropped) if critic_ran else None  # the last draft passing the checks whole
     previous: tuple[Draft, Critique] | None = None
     revisions = 0
     while (end := revision_end(verdict, draft, previous, revisions, revisions_max, may_revise)) is None:
         previous = (draft, verdict)
-        draft = steps.synthesise(request.model_copy(update={"previous": draft, "critique": verdict}))
+        draft, dropped = steps.synthesise(request.model_copy(update={"previous": draft, "critique": verdict}))
         revisions += 1
-        verdict = steps.critique(request, draft)
+        verdict, judged = steps.critique(request, draft)
+        critic_ran = critic_ran or judged
+        if judged:
+            clean = (draft, verdict, dropped)
+    earlier = clean is not None and clean[0] is not draft
+    if earlier and clean is not None:
+        draft, verdict, dropped = clean
+    draft = steps.complete(request, draft)
     removed = failing_sentences(draft, mechanical_critique(draft, request.claims))
-    return Review(draft, verdict, revisions, end, removed)
+    return Review(draft, verdict, revisions, end, removed, critic_ran, earlier, dropped)
+
+
+def reported(claim: Claim, sentences: list[DraftSentence]) -> bool:
+    """Whether sentences citing the claim's source say most of what the claim says."""
+    said = " ".join(sentence.text for sentence in sentences if claim.source_id in sentence.cites)
+    return bool(said) and content_support(claim.text, said)[0] >= REPORTED_MIN_SHARE
+
+
+def with_every_claim(engine: Engine, request: SynthesisInput, draft: Draft) -> Draft:
+    """The draft, plus the fallback synthesiser's sentences for every verified claim that no sentence
+    passing the checks reports (`reported`): a model that writes one sentence from twenty verified
+    claims must not lose the other nineteen. Recorded as a degradation; unchanged without a fallback."""
+    if engine.fallback is None:
+        return draft
+    failing = failing_sentences(draft, mechanical_critique(draft, request.claims))
+    kept = [sentence for n, sentence in enumerate(draft.sentences) if n not in failing]
+    unreported = [claim for claim in request.claims if claim.source_id and not reported(claim, kept)]
+    if not unreported:
+        return draft
+    missing = request.model_copy(update={"claims": unreported, "previous": None, "critique": None})
+    added, _ = prune_citations(engine.fallback.synthesiser.write(missing), request.claims)
+    engine.degradations.add(
+        "synthesiser",
+        "report",
+        f"no sentence reported {len(unreported)} verified claim(s): {', '.join(c.id for c in unreported)}",
+        f"The synthesiser model's report left {len(unreported)} verified claim(s) unreported; their "
+        "extractive sentences were added.",
+    )
+    return Draft(sentences=[*draft.sentences, *added.sentences])
 
 
 def _request_parts(request: SynthesisInput) -> dict[str, Any]:
@@ -148,24 +250,24 @@ def _critique_key(inputs: dict[str, Any]) -> list[Any]:
 
 @task(name="synthesise", retries=1, retry_delay_seconds=2, retry_condition_fn=not_rejected,
       cache_policy=StageKey(stage="synthesise", parts=_synthesise_key))  # fmt: skip
-def synthesise_task(request: SynthesisInput) -> Draft:
+def synthesise_task(request: SynthesisInput) -> tuple[Draft, int]:
     run = current_run()
     with traced(run.store, run.run_id, "synthesise", run.engine.name) as step:
         with cached_unless_degraded(run.models.degradations):
-            draft = run.engine.synthesiser.write(request)
+            draft, dropped = draft_report(run.engine, request)
         step.detail = f"{len(draft.sentences)} sentences" + (" (a revision)" if request.previous else "")
-    return draft
+    return draft, dropped
 
 
 @task(name="critique", retries=1, retry_delay_seconds=2, retry_condition_fn=not_rejected,
       cache_policy=StageKey(stage="critique", parts=_critique_key))  # fmt: skip
-def critique_task(request: SynthesisInput, draft: Draft) -> Critique:
+def critique_task(request: SynthesisInput, draft: Draft) -> tuple[Critique, bool]:
     run = current_run()
     with traced(run.store, run.run_id, "critique", run.engine.name) as step:
         with cached_unless_degraded(run.models.degradations):
-            verdict = critique(run.engine, request, draft)
-        step.detail = verdict.notes
-    return verdict
+            verdict, judged = critique(run.engine, request, draft)
+        step.detail = verdict.notes if judged else f"mechanical checks only: {verdict.notes}"
+    return verdict, judged
 
 
 @dataclass(frozen=True)
@@ -175,8 +277,12 @@ class TaskSteps:
 
     refresh: bool = False
 
-    def synthesise(self, request: SynthesisInput) -> Draft:
+    def synthesise(self, request: SynthesisInput) -> tuple[Draft, int]:
         return fresh(synthesise_task, self.refresh)(request)
 
-    def critique(self, request: SynthesisInput, draft: Draft) -> Critique:
+    def critique(self, request: SynthesisInput, draft: Draft) -> tuple[Critique, bool]:
         return fresh(critique_task, self.refresh)(request, draft)
+
+    def complete(self, request: SynthesisInput, draft: Draft) -> Draft:
+        """In the flow's thread: the fallback's sentences cost no model call, so nothing to cache."""
+        return with_every_claim(current_run().engine, request, draft)

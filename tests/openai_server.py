@@ -4,6 +4,11 @@ Each test enqueues the replies the server gives, one per request in order: a mes
 with a body and headers (Retry-After), a delay, usage figures or none, or a dropped connection. The
 server records every request it received. With the queue empty it answers `default` when set, else
 HTTP 500 "no scripted reply", so a test that makes more calls than it scripted fails loudly.
+
+Like real servers it can also: list `models` at GET /v1/models; serve one request at a time (`serial`,
+as llama.cpp and llama-cpp-python do: a request waits, connected, until the one before is answered);
+and refuse one of the two names of the output-token limit (`refuses`), as OpenAI's reasoning models
+refuse `max_tokens` and older servers refuse `max_completion_tokens`, without using up a scripted reply.
 """
 
 from __future__ import annotations
@@ -65,6 +70,14 @@ def role_of(received: Received) -> str:
     return ROLE_BY_SCHEMA.get(schema, "unknown")
 
 
+# What servers answer when they refuse a token-limit parameter (OpenAI's wording for max_tokens).
+REFUSAL = {
+    "max_tokens": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+    "Use 'max_completion_tokens' instead.",
+    "max_completion_tokens": "Unrecognized request argument supplied: max_completion_tokens",
+}
+
+
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver listens with a backlog of 5: a run's 16 concurrent verify calls overflowed it, and each
@@ -73,14 +86,22 @@ class _HttpServer(ThreadingHTTPServer):
 
 
 class ScriptedServer:
-    def __init__(self) -> None:
+    def __init__(
+        self, models: list[str] | None = None, serial: bool = False, refuses: str = "", port: int = 0
+    ) -> None:
         self.replies: deque[Reply] = deque()
         self.default: Reply | None = None
         self.requests: list[Received] = []
-        self.max_in_flight = 0
+        self.listings = 0  # GET /v1/models requests
+        self.models = models if models is not None else ["scripted-model"]
+        self.refuses = refuses
+        self.max_in_flight = 0  # requests the server was answering at once
+        self.max_connected = 0  # requests received and not yet answered, queued ones included
         self._in_flight = 0
+        self._connected = 0
         self._lock = threading.Lock()
-        self._http = _HttpServer(("127.0.0.1", 0), self._handler())
+        self._serving = threading.Lock() if serial else None
+        self._http = _HttpServer(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
 
     @property
@@ -104,6 +125,8 @@ class ScriptedServer:
             self.requests.append(received)
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        if self.refuses and self.refuses in received.body:
+            return Reply(status=400, error=REFUSAL[self.refuses])
         return self.answer(received)
 
     def answer(self, received: Received) -> Reply:
@@ -126,9 +149,35 @@ class ScriptedServer:
             def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
                 pass
 
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") != "/v1/models":
+                    self._send(404, {"error": {"message": "not found", "type": "scripted", "code": None}})
+                    return
+                with server._lock:
+                    server.listings += 1
+                data = [
+                    {"id": name, "object": "model", "created": 0, "owned_by": "scripted"}
+                    for name in server.models
+                ]
+                self._send(200, {"object": "list", "data": data})
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 headers = {name.lower(): value for name, value in self.headers.items()}
+                with server._lock:
+                    server._connected += 1
+                    server.max_connected = max(server.max_connected, server._connected)
+                try:
+                    if server._serving is None:
+                        self._serve(body, headers)
+                    else:
+                        with server._serving:  # one at a time: the others wait here, connected
+                            self._serve(body, headers)
+                finally:
+                    with server._lock:
+                        server._connected -= 1
+
+            def _serve(self, body: dict[str, Any], headers: dict[str, str]) -> None:
                 reply = server.reply_to(Received(self.path, headers, body, time.monotonic()))
                 try:
                     time.sleep(reply.delay)
@@ -141,6 +190,18 @@ class ScriptedServer:
                     self.close_connection = True
                 finally:
                     server._done()
+
+            def _send(
+                self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
 
             def _answer(self, reply: Reply, request: dict[str, Any]) -> None:
                 if reply.status == 200:
@@ -166,13 +227,6 @@ class ScriptedServer:
                         }
                 else:
                     payload = {"error": {"message": reply.error, "type": "scripted", "code": None}}
-                data = json.dumps(payload).encode()
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+                self._send(reply.status, payload, reply.headers)
 
         return Handler

@@ -91,8 +91,8 @@ class RoleServer(ScriptedServer):
     Every 200 reply carries usage figures sized like the request and reply (4 characters a token),
     and the figures sent are kept, so a test can compare them with what the run recorded."""
 
-    def __init__(self, delay: float = 0.0) -> None:
-        super().__init__()
+    def __init__(self, delay: float = 0.0, **options: Any) -> None:
+        super().__init__(**options)
         self.delay = delay
         self.handlers: dict[str, Handler] = {
             "planner": plan_reply,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from citeflow.checks import claims_by_source, classify, failing_sentences, is_factual, mechanical_critique
+from citeflow.checks import (
+    claims_by_source,
+    classify,
+    failing_sentences,
+    is_factual,
+    mechanical_critique,
+    prune_citations,
+)
 from citeflow.contracts import (
     Claim,
     ClaimStatus,
@@ -156,3 +163,31 @@ def test_failing_sentences_are_named_by_position_with_their_first_reason() -> No
 def test_an_approved_draft_has_no_failing_sentence() -> None:
     draft = Draft(sentences=[sentence("Christopher Nolan is a film director.", "S1")])
     assert failing_sentences(draft, Critique(approved=True)) == {}
+
+
+def test_a_sentence_saying_the_opposite_of_its_quote_is_unsupported() -> None:
+    grouped = claims_by_source(
+        [claim("C4.1", "Lee Roy Selmon made his rookie debut in 1976 for the Buccaneers.", "S4")]
+    )
+    verdict, detail = classify(sentence("Selmon did not make his rookie debut in 1976.", "S4"), grouped)
+    assert (verdict, detail) == (SentenceCheck.unsupported, "negates what its cited quotes state")
+
+
+def test_citations_that_support_nothing_in_the_sentence_are_dropped() -> None:
+    claims = [
+        *CLAIMS,
+        claim("C4.1", "Meryl Streep is an American actress.", "S3"),
+        claim("C5.1", "Christopher Nolan directed Inception.", "S4"),
+    ]
+    draft = Draft(
+        sentences=[
+            # S3 (an actress) shares only "American", which S1 covers; S2 shares nothing at all
+            sentence("Christopher Nolan is an English-American film director.", "S1", "S3", "S2"),
+            # S1 and S4 both support most of it: both stay; S2 (Kalathil, a director too) names no Nolan
+            sentence("Christopher Nolan is a film director.", "S1", "S4", "S1", "S2"),
+            sentence("Nolan's films are acclaimed.", "S9"),  # unknown: kept for classify to report
+        ]
+    )
+    pruned, dropped = prune_citations(draft, claims)
+    assert [s.cites for s in pruned.sentences] == [["S1"], ["S1", "S4"], ["S9"]]
+    assert dropped == 4  # S3 and S2 of the first, the repeated S1 and S2 of the second

@@ -73,3 +73,17 @@ def test_cost_budget_from_price_table() -> None:
 def test_prompt_estimate_errs_high() -> None:
     messages = [{"role": "user", "content": "x" * 401}]
     assert estimate_prompt_tokens(messages) == 101 + 4
+
+
+def test_a_model_with_no_price_runs_under_the_token_budget_with_one_caveat() -> None:
+    prices = {"priced": Price(input_per_million=1_000.0, output_per_million=1_000.0)}
+    budget = Budget(MemoryCallLog(), "r1", token_limit=10**6, cost_limit=0.5, prices=prices)
+    for _ in range(3):
+        with budget.reserve("planner", "qwen3-4b", 10_000, 10_000):  # would cost 20 at the other price
+            budget.charge("qwen3-4b", 10_000, 10_000)
+    assert budget.may_start_revision()  # it spent nothing the cost budget counts
+    assert budget.caveats() == [
+        "No price is known for qwen3-4b: its calls counted against the 1,000,000-token budget only, "
+        "not the 0.5000 cost budget."
+    ]
+    assert Budget(MemoryCallLog(), "r1", token_limit=10**6).caveats() == []  # no cost budget: nothing to say

@@ -47,8 +47,31 @@ def test_check_reports_each_role(good: ScriptedServer, bad: ScriptedServer) -> N
             "small",
         )
         assert checks[role].detail == "key from $OPENAI_API_KEY"
+        assert checks[role].token_parameter == "max_tokens"
     verifier = checks["verifier"]
     assert verifier.status is CheckStatus.failed
-    assert f"verifier model strong at {bad.url}: HTTP 401" in verifier.detail
+    assert verifier.detail.startswith("HTTP 401") and (verifier.model, verifier.endpoint) == (
+        "strong",
+        bad.url,
+    )
     assert KEY not in verifier.model_dump_json()
     assert {checks[r].status for r in ("critic", "query_writer")} == {CheckStatus.not_configured}
+
+
+def test_a_shared_failure_names_no_other_role(good: ScriptedServer) -> None:
+    shared = RoleConfig(model="small", base_url=good.url)
+    settings = ModelSettings(roles={RoleName.planner: shared, RoleName.critic: shared})
+    good.default = Reply(status=404, error="model 'small' not found")
+    checks = {c.role: c for c in check_models(settings, {})}
+    assert len(good.requests) == 1
+    for role in ("planner", "critic"):
+        assert checks[role].status is CheckStatus.failed and checks[role].model == "small"
+        assert "planner" not in checks[role].detail and "HTTP 404" in checks[role].detail
+
+
+def test_check_says_which_token_limit_the_endpoint_takes() -> None:
+    with ScriptedServer(refuses="max_tokens") as server:
+        server.default = json_reply({"ok": True})
+        settings = ModelSettings(roles={RoleName.verifier: RoleConfig(model="o-mini", base_url=server.url)})
+        (check,) = [c for c in check_models(settings, {}) if c.role == "verifier"]
+    assert (check.status, check.token_parameter) == (CheckStatus.ok, "max_completion_tokens")

@@ -15,7 +15,7 @@ from openai_server import Reply, ScriptedServer, json_reply
 from citeflow.contracts import Outcome
 from citeflow.llm.budget import Budget, MemoryCallLog
 from citeflow.llm.client import EndpointPool, RoleClient, retry_after_seconds
-from citeflow.llm.errors import BudgetExhausted, ModelRejected, ModelUnavailable
+from citeflow.llm.errors import BudgetExhausted, ContextTooSmall, ModelRejected, ModelUnavailable
 from citeflow.llm.prompts import PlanReply
 from citeflow.llm.settings import Limits, RoleConfig, RoleName
 from storage.store import EvidenceStore
@@ -184,11 +184,11 @@ def test_400_without_response_format_too_fails_fast(server: ScriptedServer) -> N
 
 
 def test_invalid_reply_is_retried_once_with_the_exact_error(server: ScriptedServer) -> None:
-    server.enqueue(json_reply({"subquestions": [{"text": "Who founded Acme?"}]}), json_reply(PLAN))
+    server.enqueue(json_reply({"subquestions": [{"query": "Acme founder"}]}), json_reply(PLAN))
     make_client(server).structured(ASK, PlanReply)
     retry = server.requests[1].body["messages"]
-    assert retry[-2] == {"role": "assistant", "content": '{"subquestions": [{"text": "Who founded Acme?"}]}'}
-    assert "subquestions.0.query\n  Field required" in retry[-1]["content"]
+    assert retry[-2] == {"role": "assistant", "content": '{"subquestions": [{"query": "Acme founder"}]}'}
+    assert "subquestions.0.text\n  Field required" in retry[-1]["content"]
 
 
 def test_concurrent_calls_per_endpoint_are_capped(server: ScriptedServer) -> None:
@@ -216,3 +216,122 @@ def test_call_past_the_budget_is_not_made(server: ScriptedServer) -> None:
         (Outcome.ok, 60, 7),
         (Outcome.skipped, 0, 0),
     ]
+
+
+@pytest.mark.parametrize(
+    ("refused", "taken"), [("max_tokens", "max_completion_tokens"), ("max_completion_tokens", "max_tokens")]
+)
+def test_a_refused_token_limit_is_retried_with_the_other_name_and_remembered(
+    refused: str, taken: str
+) -> None:
+    log = MemoryCallLog()
+    with ScriptedServer(refuses=refused) as server:
+        server.default = json_reply(PLAN)
+        client = make_client(server, log)
+        if refused == "max_completion_tokens":  # a remembered choice, as for an endpoint refusing the other
+            client.pool.takes_token_parameter(client.config, refused)
+        client.structured(ASK, PlanReply)
+        client.structured(ASK, PlanReply)
+    sent = [
+        [name for name in ("max_tokens", "max_completion_tokens") if name in r.body] for r in server.requests
+    ]
+    assert sent == [[refused], [taken], [taken]]  # refused once, then the other name for good
+    assert server.requests[1].body[taken] == 1024
+    assert [c.outcome for c in log.calls] == [Outcome.failed, Outcome.ok, Outcome.ok]
+
+
+def test_a_400_about_the_token_limits_value_is_not_a_refusal_of_its_name(server: ScriptedServer) -> None:
+    server.default = Reply(status=400, error="max_tokens must be at most 512 for this model")
+    with pytest.raises(ModelRejected, match="max_tokens must be at most 512"):
+        make_client(server).structured(ASK, PlanReply)
+    assert all("max_completion_tokens" not in r.body for r in server.requests)
+
+
+def test_a_one_at_a_time_server_never_times_out_queued_calls() -> None:
+    # Each reply takes 0.4 s and the timeout is 1 s: five calls at once would wait up to 2 s at the
+    # server. Citeflow holds them instead (1 in flight for an endpoint on this machine), so none times out.
+    with ScriptedServer(serial=True) as server:
+        server.default = json_reply(PLAN, delay=0.4)
+        client = make_client(server, timeout_seconds=1.0, max_attempts=1)
+        assert client.pool.concurrency(client.config) == 1
+        errors: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                client.structured(ASK, PlanReply)
+            except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=call) for _ in range(5)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == [] and len(server.requests) == 5
+    assert server.max_connected == 1
+
+
+def test_four_calls_in_flight_against_a_one_at_a_time_server_time_out() -> None:
+    # The failure the cap prevents: with 4 in flight, the last queued call waits past its timeout.
+    with ScriptedServer(serial=True) as server:
+        server.default = json_reply(PLAN, delay=0.4)
+        client = make_client(
+            server, limits=Limits(max_concurrent_per_endpoint=4), timeout_seconds=1.0, max_attempts=1
+        )
+        outcomes: list[str] = []
+        threads = [threading.Thread(target=lambda: outcomes.append(_outcome(client))) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert "timed out" in outcomes
+
+
+def _outcome(client: RoleClient) -> str:
+    try:
+        client.structured(ASK, PlanReply)
+    except ModelUnavailable:
+        return "timed out"
+    return "ok"
+
+
+def test_a_remote_endpoint_gets_sixteen_calls_in_flight() -> None:
+    pool = EndpointPool(Limits(), {})
+    assert pool.concurrency(RoleConfig(model="m", base_url="https://api.example.com/v1")) == 16
+    assert pool.concurrency(RoleConfig(model="m", base_url="http://localhost:11434/v1")) == 1
+    assert (
+        EndpointPool(Limits(max_concurrent_per_endpoint=2), {}).concurrency(
+            RoleConfig(model="m", base_url="http://127.0.0.1:8080/v1")
+        )
+        == 2
+    )
+
+
+def test_a_prompt_too_big_for_the_context_window_is_not_sent(server: ScriptedServer) -> None:
+    log = MemoryCallLog()
+    big = [{"role": "user", "content": "word " * 2000}]  # about 3,300 tokens by the context estimate
+    with pytest.raises(ContextTooSmall, match="may not fit its 4,096-token context window"):
+        make_client(server, log, context_tokens=4096, max_output_tokens=1024).structured(big, PlanReply)
+    assert server.requests == []
+    (skipped,) = log.calls  # the call not made is a row that says how big its prompt was
+    assert skipped.outcome is Outcome.skipped and skipped.detail.startswith("the prompt (about 3,3")
+
+
+def test_each_call_stores_its_prompt_and_reply_capped(server: ScriptedServer) -> None:
+    log = MemoryCallLog()
+    server.enqueue(Reply(content="not json " * 100), json_reply(PLAN))
+    make_client(server, log, limits=Limits(call_text_max_chars=300)).structured(ASK, PlanReply)
+    first, second = log.calls
+    assert first.prompt.startswith("user: Plan: who founded Acme?") and len(first.prompt) <= 300
+    assert first.reply.startswith("not json not json") and len(first.reply) <= 300
+    assert "characters not stored" in first.reply
+    assert second.prompt.endswith("Reply again with one JSON object only that fixes this error.")
+    assert second.reply == json.dumps(PLAN)
+
+
+def test_call_text_is_not_stored_when_turned_off(server: ScriptedServer) -> None:
+    log = MemoryCallLog()
+    server.enqueue(json_reply(PLAN))
+    make_client(server, log, limits=Limits(store_call_text=False)).structured(ASK, PlanReply)
+    (call,) = log.calls
+    assert (call.prompt, call.reply) == ("", "")

@@ -74,6 +74,8 @@ EXPECTED_SCHEMA = {
         "prompt_hash",
         "detail",
         "called_at",
+        "prompt",
+        "reply",
     ],
     "traces": ["run_id", "stage", "subquestion_id", "actor", "started_at", "ended_at", "outcome", "detail"],
     "errors": ["run_id", "stage", "subquestion_id", "detail", "recorded_at"],
@@ -114,7 +116,28 @@ def test_reopening_does_not_rerun_migrations(tmp_path: Path) -> None:
         (1, "m001_initial"),
         (2, "m002_run_owner"),
         (3, "m003_run_topic"),
+        (4, "m004_model_call_text"),
     ]
+
+
+def test_a_version_1_store_gains_the_model_call_text_columns(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(
+            "CREATE TABLE schema_migrations ("
+            "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        migrations.m001_initial(con)
+        con.execute("INSERT INTO schema_migrations VALUES (1, 'm001_initial', now()::TIMESTAMP)")
+        con.execute(
+            "INSERT INTO model_calls VALUES ('r', 'planner', 'm', 'http://127.0.0.1:9/v1', 1, 2, false, "
+            "0.1, 1, 'ok', 'h', '', now()::TIMESTAMP)"
+        )
+        assert migrations.migrate(con) == migrations.LATEST_VERSION == 4
+        assert con.execute("SELECT role, prompt, reply FROM model_calls").fetchall() == [("planner", "", "")]
+    finally:
+        con.close()
 
 
 def test_a_failing_migration_leaves_the_store_at_its_old_version(

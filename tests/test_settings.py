@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from openai_server import Reply, ScriptedServer
 from typer.testing import CliRunner
 
 from citeflow.config import Loaded, effective_values, load_settings
 from citeflow.errors import InputError
-from citeflow.llm.settings import Limits, ModelSettings, RoleConfig, RoleName
+from citeflow.llm.settings import ModelSettings, RoleName
 from cli.main import app
 
 ENV = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "CITEFLOW_MODEL": "base-model", "OPENAI_API_KEY": "sk-x"}
@@ -117,40 +118,78 @@ def test_missing_explicit_file_is_an_error(tmp_path: Path) -> None:
         load_model_settings(tmp_path / "nope.toml", ENV)
 
 
-def test_cost_budget_needs_a_price_for_every_model() -> None:
-    with pytest.raises(InputError, match="no \\[prices\\] entry for unpriced"):
-        ModelSettings(
-            roles={RoleName.planner: RoleConfig(model="unpriced", base_url="http://127.0.0.1:9/v1")},
-            limits=Limits(cost_budget=1.0),
-        )
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def test_cost_budget_without_prices_fails_when_settings_load(tmp_path: Path) -> None:
-    path = write(
-        tmp_path,
-        "[models]\ncost_budget = 1.0\n[prices.base-model]\ninput_per_million = 1.0\n"
-        'output_per_million = 1.0\n[verifier]\nmodel = "strong"\n',
-    )
-    with pytest.raises(InputError, match="\\[models\\] cost_budget: no \\[prices\\] entry for strong "):
-        load_model_settings(path, ENV)
+def readme_toml() -> str:
+    """The citeflow.toml example of the README, exactly as printed there."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("```toml\n", text.index("citeflow.toml")) + len("```toml\n")
+    return text[start : text.index("```", start)]
 
 
-UNPRICED = ["--set", "models.cost_budget=0.5", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
-UNPRICED_MESSAGE = "[models] cost_budget: no [prices] entry for m (no model was called)"
+def test_the_readme_example_loads_verbatim_with_its_unpriced_planner(tmp_path: Path) -> None:
+    settings = load_model_settings(write(tmp_path, readme_toml()), {})
+    assert settings.roles[RoleName.planner].model == "qwen3-4b"
+    assert settings.roles[RoleName.verifier].model == "qwen3-32b"
+    assert settings.limits.cost_budget == 0.5
+    # No price for qwen3-4b: it runs under the token budget, with one caveat (test_llm_budget.py).
+    assert settings.unpriced_models() == ["qwen3-4b"]
 
 
-def test_run_with_an_unpriced_cost_budget_fails_before_any_run(tmp_path: Path) -> None:
-    db = tmp_path / "never.duckdb"
-    result = CliRunner().invoke(app, ["run", "Who founded Acme?", "--db", str(db), *UNPRICED])
-    assert result.exit_code == 1
-    assert UNPRICED_MESSAGE in result.stderr
-    assert not db.exists()  # failed before the store was opened, so before any run
+def test_an_endpoint_without_a_model_uses_its_only_model() -> None:
+    with ScriptedServer(models=["qwen2.5-1.5b-instruct"]) as server:
+        settings = load_model_settings(None, {"OPENAI_BASE_URL": server.url})
+    assert {c.model for c in settings.roles.values()} == {"qwen2.5-1.5b-instruct"}
+    assert set(settings.roles) == {RoleName.planner, RoleName.verifier, RoleName.synthesiser, RoleName.critic}
+    assert server.listings == 1  # asked once for all roles
 
 
-def test_models_check_reports_an_unpriced_cost_budget() -> None:
-    result = CliRunner().invoke(app, ["models", "check", *UNPRICED])
-    assert result.exit_code == 1
-    assert UNPRICED_MESSAGE in result.stderr
+@pytest.mark.parametrize(
+    ("offered", "problem"),
+    [
+        (
+            ["llama3", "qwen3:8b"],
+            "lists 2 models (llama3, qwen3:8b); set CITEFLOW_MODEL (or model in citeflow.toml) to one",
+        ),
+        ([], "lists no model; set CITEFLOW_MODEL (or model in citeflow.toml) to the model to use"),
+    ],
+)
+def test_an_endpoint_without_one_model_fails_naming_citeflow_model(offered: list[str], problem: str) -> None:
+    with ScriptedServer(models=offered) as server, pytest.raises(InputError) as caught:
+        load_model_settings(None, {"OPENAI_BASE_URL": server.url})
+    assert str(caught.value) == f"OPENAI_BASE_URL {server.url}: {problem} (no model was called)"
+    assert "\n" not in str(caught.value)
+
+
+def test_an_endpoint_that_cannot_list_its_models_fails_naming_citeflow_model() -> None:
+    with ScriptedServer() as server:
+        url = server.url
+    with pytest.raises(InputError, match="no answer when listing its models; set CITEFLOW_MODEL"):
+        load_model_settings(None, {"OPENAI_BASE_URL": url})
+
+
+def test_citeflow_model_skips_the_listing() -> None:
+    with ScriptedServer(models=["a", "b"]) as server:
+        settings = load_model_settings(None, {"OPENAI_BASE_URL": server.url, "CITEFLOW_MODEL": "b"})
+    assert {c.model for c in settings.roles.values()} == {"b"} and server.listings == 0
+
+
+def test_models_check_names_each_role_and_its_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    with ScriptedServer(models=["only-model"]) as server:
+        server.default = Reply(content='{"ok": true}')
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        result = CliRunner().invoke(app, ["models", "check"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    for role in ("planner", "verifier", "synthesiser", "critic"):
+        (line,) = [line for line in lines if line.startswith(f"{role}: ")]
+        assert line.startswith(f"{role}: ok only-model at {server.url} in ")
+        assert "json_schema, max_tokens." in line
+    assert [line for line in lines if line.startswith("query_writer: ")] == [
+        "query_writer: not configured. no base URL and model: the extractive engine plays this role"
+    ]
+    assert len(server.requests) == 1  # one call for the four roles sharing endpoint and model
 
 
 def test_each_layer_overrides_the_one_before_and_says_so(tmp_path: Path) -> None:

@@ -26,13 +26,24 @@ def sub(n: int, text: str, query: str = "") -> SubQuestion:
     return SubQuestion(id=f"q{n}", position=n - 1, text=text, query=query or text)
 
 
-def test_enforce_plan_dedupes_caps_and_renumbers() -> None:
-    proposed = [sub(7, "A?"), sub(8, "a? "), sub(9, "B?"), sub(10, "  "), sub(11, "C?"), sub(12, "D?")]
+def test_enforce_plan_puts_the_question_first_dedupes_caps_and_renumbers() -> None:
+    proposed = [sub(7, "A?"), sub(8, "a? "), sub(9, "q?"), sub(10, "  "), sub(11, "C?"), sub(12, "D?")]
 
     plan = enforce_plan("Q?", proposed, max_subquestions=3)
 
-    assert [(s.id, s.position, s.text) for s in plan] == [("q1", 0, "A?"), ("q2", 1, "B?"), ("q3", 2, "C?")]
+    assert [(s.id, s.position, s.text) for s in plan] == [("q1", 0, "Q?"), ("q2", 1, "A?"), ("q3", 2, "C?")]
     assert enforce_plan("Q?", [], 5) == [SubQuestion(id="q1", position=0, text="Q?", query="Q?")]
+
+
+def test_enforce_plan_fills_up_to_the_minimum_only() -> None:
+    fill = [sub(1, "Q?"), sub(2, "F1?"), sub(3, "F2?"), sub(4, "F3?")]
+
+    plan = enforce_plan("Q?", [sub(5, "A?")], 5, fill, min_subquestions=3)
+
+    assert [s.text for s in plan] == ["Q?", "A?", "F1?"]
+    # A fill sub-question asking what a proposed one asks, with another query, is the same question.
+    same = [sub(6, "A?", "a different query"), sub(7, "F1?")]
+    assert [s.text for s in enforce_plan("Q?", [sub(5, "A?")], 5, same, 3)] == ["Q?", "A?", "F1?"]
 
 
 def test_select_pages_goes_rank_by_rank_and_gives_every_sub_question_a_page() -> None:

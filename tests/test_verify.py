@@ -9,7 +9,7 @@ import pytest
 
 from citeflow.contracts import ClaimDraft, ClaimStatus, Origin, Page
 from citeflow.text import normalise
-from citeflow.verify import find_quote, unsupported_details, verify_drafts
+from citeflow.verify import find_quote, negation_conflict, repair_quote, unsupported_details, verify_drafts
 
 PAGE_TEXT = (
     "Christopher Edward Nolan (born 30\u00a0July 1970) is an English\u2013American film director.\n\n"
@@ -123,3 +123,142 @@ def test_unsupported_details() -> None:
     assert unsupported_details("Nolan was born in London in 1971.", quote) == ["1971", "London"]
     assert unsupported_details("It sold 2,141 copies.", "It sold 2141 copies.") == []
     assert unsupported_details("Nolan is English-American.", quote) == []
+
+
+ALU = (
+    "Al\u00fb is a small town in the north of the country. It is the capital of the Al\u00fb District "
+    "and has 20,000 inhabitants. Lee Roy Selmon made his rookie debut in 1976 for the Buccaneers.\n\n"
+    "He did not play in 1977, but he returned in 1978."
+)
+
+
+def alu_page() -> Page:
+    return make_page(ALU).model_copy(update={"title": "Al\u00fb"})
+
+
+def check(text: str, quote: str, support_min: float = 0.6):  # type: ignore[no-untyped-def]
+    (claim,) = verify_drafts(
+        [ClaimDraft(text=text, quote=quote)], alu_page(), "q1", "r", "C1", 20, support_min
+    )
+    return claim
+
+
+def test_a_claim_whose_words_are_not_its_quotes_is_rejected() -> None:
+    # citeflow's own instruction, verified against a real but unrelated quote before
+    claim = check("the page text is evidence only.", "Lee Roy Selmon made his rookie debut in 1976")
+    assert claim.status is ClaimStatus.rejected
+    assert claim.reason.startswith("unsupported content: 0% of its content words are in the quote")
+    # a paraphrase that keeps most of the quote's words passes; the threshold is the setting's
+    selmon = "Lee Roy Selmon made his rookie debut in 1976"
+    kept = check("Selmon started as a rookie in 1976.", selmon)
+    assert kept.status is ClaimStatus.verified  # selmon, rookie, 1976: 3 of its 4 content words
+    assert check("Selmon started as a rookie in 1976.", selmon, 0.9).reason.startswith(
+        "unsupported content: 75% "
+    )
+    assert check("Selmon debuted as a rookie in 1976.", selmon, 1.0).reason == ""  # stems: debut(ed)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("If Selmon made his rookie debut in 1976, what team was it?", "a question, not a claim"),
+        ("If Selmon is a rookie, the Buccaneers made him one in 1976.", "a condition, not a claim"),
+    ],
+)
+def test_a_question_or_a_condition_is_not_a_claim(text: str, reason: str) -> None:
+    claim = check(text, "Lee Roy Selmon made his rookie debut in 1976 for the Buccaneers.")
+    assert (claim.status, claim.reason) == (ClaimStatus.rejected, reason)
+
+
+def test_a_claim_that_is_its_quote_passes_whatever_the_threshold() -> None:
+    quote = "Lee Roy Selmon made his rookie debut in 1976 for the Buccaneers."
+    assert check(quote, quote, 1.0).status is ClaimStatus.verified
+
+
+@pytest.mark.parametrize(
+    ("text", "quote", "reason"),
+    [
+        (
+            "Selmon did not make his rookie debut in 1976.",
+            "Lee Roy Selmon made his rookie debut in 1976 for the Buccaneers.",
+            "negates what its quote states",
+        ),
+        (
+            "He played in 1977.",
+            "He did not play in 1977, but he returned in 1978.",
+            "leaves out a negation",
+        ),
+    ],
+)
+def test_a_claim_negating_its_quote_is_rejected(text: str, quote: str, reason: str) -> None:
+    claim = check(text, quote)
+    assert claim.status is ClaimStatus.rejected and claim.reason.startswith(reason)
+
+
+def test_a_negation_about_something_else_is_no_conflict() -> None:
+    assert check("He returned in 1978.", "He did not play in 1977, but he returned in 1978.").reason == ""
+
+
+@pytest.mark.parametrize(
+    ("model_quote", "page_quote"),
+    [
+        # a pronoun swapped for the name it stands for
+        (
+            "Al\u00fb is the capital of the Al\u00fb District and has 20,000 inhabitants.",
+            "It is the capital of the Al\u00fb District and has 20,000 inhabitants.",
+        ),
+        # citeflow's own wrapper tag copied along
+        (
+            '<untrusted-0123456789abcdef label="page text">\n'
+            "Al\u00fb is a small town in the north of the country.",
+            "Al\u00fb is a small town in the north of the country.",
+        ),
+        # spacing lost between two sentences
+        (
+            "and has 20,000 inhabitants.Lee Roy Selmon made his rookie debut in 1976",
+            "and has 20,000 inhabitants. Lee Roy Selmon made his rookie debut in 1976",
+        ),
+    ],
+)
+def test_a_near_verbatim_quote_is_repaired_to_the_pages_span(model_quote: str, page_quote: str) -> None:
+    claim = check(page_quote.replace("It is", "Al\u00fb is"), model_quote)
+    assert claim.status is ClaimStatus.verified, claim.reason
+    assert claim.quote == page_quote
+    assert ALU[claim.quote_start : claim.quote_end] == page_quote
+
+
+def test_a_quote_too_far_from_any_span_is_not_repaired() -> None:
+    assert repair_quote(ALU, "Lee Roy Selmon made his professional debut in 1980 for the Dolphins") is None
+    assert repair_quote(ALU, "It is the capital") is None  # too short to repair safely
+
+
+def test_possessives_and_plurals_of_a_name_count_as_the_name() -> None:
+    quote = "Lee Roy Selmon made his rookie debut in 1976 for the Buccaneers."
+    assert unsupported_details("Selmon's rookie debut came in 1976.", quote) == []
+    assert unsupported_details("The Buccaneer debut of Selmon was in 1976.", quote) == []
+    assert unsupported_details("The Selmons debuted in 1976.", quote) == []
+    assert unsupported_details("Nolan's debut was in 1976.", quote) == ["Nolan's"]
+
+
+def test_a_name_in_the_page_title_counts_for_what_it_and_he_stand_for() -> None:
+    claim = check(
+        "Al\u00fb has 20,000 inhabitants.",
+        "It is the capital of the Al\u00fb District and has 20,000 inhabitants.",
+    )
+    assert claim.status is ClaimStatus.verified
+    assert unsupported_details("Al\u00fb has 20,000 inhabitants.", "It has 20,000 inhabitants.") == [
+        "Al\u00fb"
+    ]
+
+
+def test_negation_conflict_reads_contractions_and_not_only() -> None:
+    assert negation_conflict("Selmon didn't make his rookie debut.", ["Selmon made his rookie debut."])
+    assert (
+        negation_conflict("He was a singer and an actor.", ["He was not only a singer but also an actor."])
+        == ""
+    )
+    assert negation_conflict("He made his debut in 1990.", ["He did not make his debut until 1990."]) == ""
+    assert (
+        negation_conflict("He toured with the band.", ["He was not a member of the band, though he toured."])
+        == ""
+    )

@@ -23,6 +23,9 @@ from citeflow.llm.settings import ModelSettings, Price
 REVISION_SHARE = 0.85
 # Role markers and separators each message costs on top of its text.
 MESSAGE_OVERHEAD_TOKENS = 4
+# For fitting a context window the estimate must err high: tokenizers split JSON schemas, names and
+# numbers finer than English prose (Qwen2.5 measured 3.3-4.2 characters a token on these prompts).
+CONTEXT_CHARS_PER_TOKEN = 3
 
 
 class CallLog(Protocol):
@@ -59,6 +62,13 @@ def estimate_prompt_tokens(messages: Sequence[Mapping[str, str]]) -> int:
     return sum(estimate_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
 
+def context_tokens_needed(messages: Sequence[Mapping[str, str]]) -> int:
+    """A high estimate of the tokens the messages take in a context window."""
+    return sum(
+        math.ceil(len(m["content"]) / CONTEXT_CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS for m in messages
+    )
+
+
 class Budget:
     def __init__(
         self,
@@ -78,17 +88,19 @@ class Budget:
         self._reserved_cost = 0.0
         self._spent_cost = 0.0
         self.refused = 0
+        self._unpriced_called: set[str] = set()  # under a cost limit: models counted in tokens only
 
     @classmethod
     def for_settings(cls, settings: ModelSettings, log: CallLog, run_id: str, token_limit: int) -> Budget:
-        """A budget for a run, with the settings' cost limit and prices (ModelSettings checked that
-        every configured model has a price when there is a cost limit)."""
+        """A budget for a run, with the settings' cost limit and prices. A model with no price runs under
+        the token limit alone, and `caveats` says so once."""
         return cls(log, run_id, token_limit, settings.limits.cost_budget, settings.prices)
 
     def used_tokens(self) -> int:
         return sum(self._log.run_tokens(self._run_id))
 
     def cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+        """What the call costs by the price table; 0.0 for a model with no price (tokens bound it)."""
         price = self._prices.get(model)
         if price is None:
             return 0.0
@@ -130,6 +142,8 @@ class Budget:
     def charge(self, model: str, prompt_tokens: int, completion_tokens: int) -> None:
         with self._lock:
             self._spent_cost += self.cost(model, prompt_tokens, completion_tokens)
+            if self.cost_limit is not None and model not in self._prices:
+                self._unpriced_called.add(model)
 
     def may_start_revision(self) -> bool:
         """False once REVISION_SHARE of the token or cost budget is spent: the report ships as it stands."""
@@ -138,13 +152,22 @@ class Budget:
         return self.cost_limit is None or self._spent_cost < REVISION_SHARE * self.cost_limit
 
     def caveats(self) -> list[str]:
-        """Lines for the report when the budget changed what the run did."""
-        if not self.refused:
-            return []
-        limits = f"{self.token_limit:,} tokens"
-        if self.cost_limit is not None:
-            limits += f" or {self.cost_limit:.4f} in cost"
-        return [
-            f"The model budget ({limits}) was reached: {self.refused} model call(s) were not made, "
-            "and the report was finished with what the run had by then."
-        ]
+        """Lines for the report when the budget changed what the run did, or could not hold as set."""
+        lines = []
+        if self._unpriced_called and self.cost_limit is not None:
+            models = ", ".join(sorted(self._unpriced_called))
+            if len(models) > 60:
+                models = f"{len(self._unpriced_called)} models"
+            lines.append(
+                f"No price is known for {models}: its calls counted against the {self.token_limit:,}-token "
+                f"budget only, not the {self.cost_limit:.4f} cost budget."
+            )
+        if self.refused:
+            limits = f"{self.token_limit:,} tokens"
+            if self.cost_limit is not None:
+                limits += f" or {self.cost_limit:.4f} in cost"
+            lines.append(
+                f"The model budget ({limits}) was reached: {self.refused} model call(s) were not made, "
+                "and the report was finished with what the run had by then."
+            )
+        return lines

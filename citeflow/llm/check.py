@@ -1,4 +1,8 @@
-"""`citeflow models check`: one call per configured endpoint, and a verdict per role."""
+"""`citeflow models check`: one call per configured (endpoint, model, key), and a verdict per role.
+
+Roles sharing an endpoint and model share one call; each role's line names the role and its model, and
+what works: the reply format the endpoint accepted and the name it takes for the output-token limit.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ class RoleCheck(BaseModel):
     model: str = ""
     endpoint: str = ""
     reply_format: str = ""  # "json_schema" when the endpoint accepted it, else "plain json"
+    token_parameter: str = ""  # "max_tokens", or "max_completion_tokens" when it refused max_tokens
     latency_seconds: float | None = None
     detail: str = ""
 
@@ -71,13 +76,15 @@ def _check_one(
     try:
         client.structured(prompts.ping_messages(), prompts.PingReply)
     except ModelError as exc:
+        # The problem alone: the error's subject names this role, and the verdict is shared by others.
         return base.model_copy(
-            update={"latency_seconds": round(time.monotonic() - started, 3), "detail": str(exc)}
+            update={"latency_seconds": round(time.monotonic() - started, 3), "detail": exc.problem}
         )
     return base.model_copy(
         update={
             "status": CheckStatus.ok,
             "reply_format": "json_schema" if pool.accepts_schema(config) else "plain json",
+            "token_parameter": pool.token_parameter(config),
             "latency_seconds": round(time.monotonic() - started, 3),
             "detail": f"key from ${config.api_key_env}" if pool.key(config) != NO_KEY else "no key sent",
         }

@@ -3,22 +3,31 @@
 The openai client's own retries are off (max_retries=0) so that tenacity alone decides: transient
 failures (408, 409, 429, 5xx, timeouts, dropped connections) are retried with exponential backoff and
 jitter, honouring Retry-After, up to the role's max_attempts; other HTTP errors fail at once. Each
-attempt is one model_calls row. API keys are read from the environment when a client is built and
-never written to a row, a log line or an error message.
+attempt is one model_calls row, with the prompt and reply (capped) unless the settings turn that off.
+API keys are read from the environment when a client is built and never written to a row, a log line
+or an error message.
+
+Endpoints differ in what they accept, and what one refused is remembered for its (base URL, model):
+a JSON-schema response format (else plain JSON is asked for), and the name of the output-token limit
+(`max_tokens`, which OpenAI's reasoning models refuse, or `max_completion_tokens`, which older servers
+refuse). Calls in flight per endpoint are capped by a semaphore taken before the call is sent, so time
+spent waiting for a one-request-at-a-time server is spent here, never against the call's timeout.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from openai import APIConnectionError, APIStatusError, APITimeoutError, OpenAI, omit
 from pydantic import BaseModel
@@ -26,8 +35,21 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 
 from citeflow.contracts import ModelCall, Outcome
 from citeflow.llm import prompts
-from citeflow.llm.budget import Budget, CallLog, estimate_prompt_tokens, estimate_tokens
-from citeflow.llm.errors import BudgetExhausted, InvalidReply, ModelRejected, ModelUnavailable
+from citeflow.llm.budget import (
+    Budget,
+    CallLog,
+    context_tokens_needed,
+    estimate_prompt_tokens,
+    estimate_tokens,
+)
+from citeflow.llm.discovery import NO_KEY, public_url
+from citeflow.llm.errors import (
+    BudgetExhausted,
+    ContextTooSmall,
+    InvalidReply,
+    ModelRejected,
+    ModelUnavailable,
+)
 from citeflow.llm.parsing import ReplyInvalid, json_schema_format, parse_reply
 from citeflow.llm.prompts import Message
 from citeflow.llm.settings import Limits, RoleConfig, RoleName
@@ -37,18 +59,55 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)
 
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
-# Statuses with which servers refuse a response_format they do not support.
+# Statuses with which servers refuse a response_format or a parameter they do not support.
 SCHEMA_REJECTION_STATUSES = frozenset({400, 422})
-# Sent when the key variable is unset: local servers ignore the key, and the openai client needs one.
-NO_KEY = "unset"
+# The two names of the output-token limit; an endpoint takes one of them.
+TOKEN_LIMIT_PARAMETERS = ("max_tokens", "max_completion_tokens")
+# How servers word the refusal of a parameter ("Unsupported parameter: 'max_tokens' ... Use
+# 'max_completion_tokens' instead", "Extra inputs are not permitted", "Unrecognized request argument").
+_REFUSED_PARAMETER = re.compile(
+    r"unsupported|not supported|unrecogni[sz]ed|unknown|extra (?:inputs|fields)"
+    r"|not (?:allowed|permitted)|instead",
+    re.IGNORECASE,
+)
+# Calls in flight per endpoint when the settings do not say: a server on this machine (llama.cpp,
+# Ollama) usually serves one request at a time; a hosted one serves many.
+LOCAL_CONCURRENCY = 1
+# A hosted endpoint takes the pages a run verifies by default (caps.pages_verified_max) in one round.
+REMOTE_CONCURRENCY = 16
 
 
-def public_url(url: str) -> str:
-    """The endpoint as it may be stored or shown: user info and query string (where keys hide) removed."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+def is_local(url: str) -> bool:
+    """Whether the endpoint is on this machine (a loopback address or localhost)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def refuses_parameter(exc: ModelRejected, parameter: str) -> bool:
+    """Whether a rejection is the endpoint refusing `parameter` (and not, say, a value of it too large)."""
+    return (
+        exc.status in SCHEMA_REJECTION_STATUSES
+        and parameter in exc.problem
+        and bool(_REFUSED_PARAMETER.search(exc.problem))
+    )
+
+
+def capped_text(text: str, limit: int) -> str:
+    """`text` when it fits `limit` characters, else its head and tail with what was cut in between."""
+    if len(text) <= limit:
+        return text
+    marker = f"\n[... {len(text) - limit:,} characters not stored ...]\n"
+    keep = max(limit - len(marker), 0)
+    return text[: keep - keep // 4] + marker + text[len(text) - keep // 4 :]
+
+
+def messages_text(messages: list[Message]) -> str:
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -96,6 +155,7 @@ class EndpointPool:
         self._clients: dict[tuple[str, str, float], OpenAI] = {}
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._no_schema: set[tuple[str, str]] = set()
+        self._token_parameter: dict[tuple[str, str], str] = {}
 
     def key(self, config: RoleConfig) -> str:
         return self.env.get(config.api_key_env) or NO_KEY
@@ -112,11 +172,25 @@ class EndpointPool:
                 )
             return self._clients[ident]
 
+    def concurrency(self, config: RoleConfig) -> int:
+        if self.limits.max_concurrent_per_endpoint is not None:
+            return self.limits.max_concurrent_per_endpoint
+        return LOCAL_CONCURRENCY if is_local(config.base_url) else REMOTE_CONCURRENCY
+
     def slot(self, config: RoleConfig) -> threading.BoundedSemaphore:
         with self._lock:
-            return self._slots.setdefault(
-                config.base_url, threading.BoundedSemaphore(self.limits.max_concurrent_per_endpoint)
-            )
+            if config.base_url not in self._slots:
+                self._slots[config.base_url] = threading.BoundedSemaphore(self.concurrency(config))
+            return self._slots[config.base_url]
+
+    def token_parameter(self, config: RoleConfig) -> str:
+        """The name this endpoint and model take for the output-token limit (max_tokens until refused)."""
+        with self._lock:
+            return self._token_parameter.get((config.base_url, config.model), TOKEN_LIMIT_PARAMETERS[0])
+
+    def takes_token_parameter(self, config: RoleConfig, parameter: str) -> None:
+        with self._lock:
+            self._token_parameter[(config.base_url, config.model)] = parameter
 
     def accepts_schema(self, config: RoleConfig) -> bool:
         with self._lock:
@@ -156,7 +230,9 @@ class RoleClient:
     def structured(
         self, messages: list[Message], reply_type: type[T], check: Callable[[T], None] | None = None
     ) -> T:
-        """A validated reply; one retry that shows the model its exact validation error, then InvalidReply."""
+        """A validated reply; one retry that shows the model its exact validation error, then InvalidReply.
+        A prompt that would not fit the role's context window is not sent (ContextTooSmall)."""
+        self.check_fits(messages)
         schema = json_schema_format(reply_type) if self.pool.accepts_schema(self.config) else None
         text, schema = self._complete_in_format(messages, schema)
         try:
@@ -167,6 +243,15 @@ class RoleClient:
                 {"role": "assistant", "content": text},
                 {"role": "user", "content": prompts.validation_retry(str(first))},
             ]
+            try:
+                self.check_fits(retry)
+            except ContextTooSmall:
+                raise InvalidReply(
+                    self.subject,
+                    f"the reply failed validation, and a retry showing the error would not fit the "
+                    f"context window; error: {first}",
+                    "the role falls back to its safe default",
+                ) from None
             text, _ = self._complete_in_format(retry, schema)
             try:
                 return parse_reply(text, reply_type, check)
@@ -194,7 +279,73 @@ class RoleClient:
             logger.info("%s refused a JSON-schema response format; asking for plain JSON", self.subject)
             return text, None
 
+    def _row(
+        self,
+        messages: list[Message],
+        outcome: Outcome,
+        detail: str,
+        *,
+        attempt: int = 1,
+        latency: float = 0.0,
+        tokens: tuple[int, int] = (0, 0),
+        estimated: bool = False,
+        reply: str = "",
+    ) -> ModelCall:
+        """The model_calls row of one attempt (or of a call not made), with its prompt and reply capped."""
+        limits = self.pool.limits
+        stored = limits.store_call_text
+        return ModelCall(
+            run_id=self.run_id,
+            role=self.role.value,
+            model=self.config.model,
+            endpoint=self.endpoint,
+            prompt_tokens=tokens[0],
+            completion_tokens=tokens[1],
+            tokens_estimated=estimated,
+            latency_seconds=round(latency, 4),
+            attempt=attempt,
+            outcome=outcome,
+            prompt_hash=hashlib.sha256(
+                json.dumps({"model": self.config.model, "messages": messages}, sort_keys=True).encode()
+            ).hexdigest(),
+            detail=detail,
+            prompt=capped_text(messages_text(messages), limits.call_text_max_chars) if stored else "",
+            reply=capped_text(reply, limits.call_text_max_chars) if stored else "",
+        )
+
+    def check_fits(self, messages: list[Message]) -> None:
+        """ContextTooSmall when the prompt and the longest reply allowed may not fit the context window;
+        the call not made is a skipped row that says how big the prompt was."""
+        prompt = context_tokens_needed(messages)
+        limit, context = self.config.max_output_tokens, self.config.context_tokens
+        if prompt + limit <= context:
+            return
+        problem = (
+            f"the prompt (about {prompt:,} tokens) and max_output_tokens ({limit:,}) may not fit its "
+            f"{context:,}-token context window"
+        )
+        self.log.add_model_call(self._row(messages, Outcome.skipped, problem))
+        raise ContextTooSmall(self.subject, problem, "the call was not made")
+
     def complete(self, messages: list[Message], response_format: dict[str, Any] | None = None) -> str:
+        """The reply text. A 400 refusing the output-token limit's name is retried once with its other
+        name, which is then remembered for the endpoint and model."""
+        parameter = self.pool.token_parameter(self.config)
+        try:
+            return self._complete(messages, response_format, parameter)
+        except ModelRejected as exc:
+            if not refuses_parameter(exc, parameter):
+                raise
+            other = next(name for name in TOKEN_LIMIT_PARAMETERS if name != parameter)
+            text = self._complete(messages, response_format, other)
+            # Remembered only now: failing with the other name too means it was refused for another reason.
+            self.pool.takes_token_parameter(self.config, other)
+            logger.info("%s refused %s; it takes %s", self.subject, parameter, other)
+            return text
+
+    def _complete(
+        self, messages: list[Message], response_format: dict[str, Any] | None, parameter: str
+    ) -> str:
         """The reply text, after up to max_attempts attempts; ModelUnavailable when all failed transiently."""
         retrying = Retrying(
             stop=stop_after_attempt(self.config.max_attempts),
@@ -206,7 +357,9 @@ class RoleClient:
         try:
             for attempt in retrying:
                 with attempt:
-                    text = self._attempt(messages, response_format, attempt.retry_state.attempt_number)
+                    text = self._attempt(
+                        messages, response_format, parameter, attempt.retry_state.attempt_number
+                    )
         except (APIStatusError, APIConnectionError) as exc:
             raise ModelUnavailable(
                 self.subject,
@@ -216,31 +369,30 @@ class RoleClient:
             ) from None
         return text
 
-    def _attempt(self, messages: list[Message], response_format: dict[str, Any] | None, attempt: int) -> str:
+    def _attempt(
+        self, messages: list[Message], response_format: dict[str, Any] | None, parameter: str, attempt: int
+    ) -> str:
         config = self.config
         prompt_estimate = estimate_prompt_tokens(messages)
-        prompt_hash = hashlib.sha256(
-            json.dumps({"model": config.model, "messages": messages}, sort_keys=True).encode()
-        ).hexdigest()
         detail = "json_schema" if response_format else "plain json"
 
         def record(
-            outcome: Outcome, note: str, tokens: tuple[int, int] = (0, 0), estimated: bool = False
+            outcome: Outcome,
+            note: str,
+            tokens: tuple[int, int] = (0, 0),
+            estimated: bool = False,
+            reply: str = "",
         ) -> None:
             self.log.add_model_call(
-                ModelCall(
-                    run_id=self.run_id,
-                    role=self.role.value,
-                    model=config.model,
-                    endpoint=self.endpoint,
-                    prompt_tokens=tokens[0],
-                    completion_tokens=tokens[1],
-                    tokens_estimated=estimated,
-                    latency_seconds=round(time.monotonic() - started, 4),
+                self._row(
+                    messages,
+                    outcome,
+                    f"{detail}; {note}" if note else detail,
                     attempt=attempt,
-                    outcome=outcome,
-                    prompt_hash=prompt_hash,
-                    detail=f"{detail}; {note}" if note else detail,
+                    latency=time.monotonic() - started,
+                    tokens=tokens,
+                    estimated=estimated,
+                    reply=reply,
                 )
             )
 
@@ -254,8 +406,8 @@ class RoleClient:
                             model=config.model,
                             messages=cast(Any, messages),
                             temperature=config.temperature,
-                            max_tokens=config.max_output_tokens,
                             response_format=cast(Any, response_format) if response_format else omit,
+                            **{parameter: config.max_output_tokens},
                         )
                     except (APIStatusError, APIConnectionError) as exc:
                         record(Outcome.failed, _describe(exc, config.timeout_seconds))
@@ -272,7 +424,8 @@ class RoleClient:
                 else:
                     tokens, estimated = (prompt_estimate, estimate_tokens(text)), True
                 # The row is written before the reservation is released, so the budget never misses it.
-                record(Outcome.ok, "", tokens, estimated)
+                note = "" if parameter == TOKEN_LIMIT_PARAMETERS[0] else parameter
+                record(Outcome.ok, note, tokens, estimated, text)
                 self.budget.charge(config.model, *tokens)
                 return text
         except BudgetExhausted as exc:  # only reserve() raises it: the call was not made

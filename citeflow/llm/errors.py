@@ -5,7 +5,8 @@
     └── DegradableError      the role survives it by falling back to its safe default
         ├── ModelUnavailable the endpoint kept failing transiently past the retry bound
         ├── InvalidReply     the reply failed validation twice (once more with the error shown)
-        └── BudgetExhausted  the call would have crossed the run's budget, so it was not made
+        ├── BudgetExhausted  the call would have crossed the run's budget, so it was not made
+        └── ContextTooSmall  the prompt would not fit the model's context window, so it was not sent
 
 Every message names the role, endpoint and model; none ever carries an API key.
 """
@@ -22,16 +23,22 @@ class ModelRejected(ModelError):
 
 
 class DegradableError(ModelError):
-    pass
+    # What went wrong in a few words of citeflow's own, for a report's caveat (the message may quote
+    # the model and is for the run's error rows).
+    what = "the model could not answer"
 
 
 class ModelUnavailable(DegradableError):
-    pass
+    what = "the endpoint did not answer"
 
 
 class InvalidReply(DegradableError):
-    pass
+    what = "its reply was invalid twice"
 
 
 class BudgetExhausted(DegradableError):
-    pass
+    what = "the model budget was spent"
+
+
+class ContextTooSmall(DegradableError):
+    what = "the prompt did not fit its context window"

@@ -28,7 +28,9 @@ class PlannedQuestion(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str = Field(min_length=3, description="The sub-question, as a reader would ask it.")
-    query: str = Field(min_length=2, description="A short web-search query that would find the answer.")
+    query: str = Field(
+        default="", description="A short web-search query that would find the answer (default: the text)."
+    )
 
 
 class PlanReply(BaseModel):
@@ -72,8 +74,11 @@ def _system(task: str, reply_type: type[BaseModel]) -> Message:
 
 def planner_messages(question: str, fewest: int, most: int) -> list[Message]:
     task = (
-        "You plan research. Split the user's question into sub-questions that together answer it, each "
-        f"answerable from web pages, between {fewest} and {most} of them, with a search query for each."
+        "You plan research. The user's question will be searched as it is; you add the sub-questions "
+        "that together answer it, each answerable from one web page: for a question about two people, "
+        "places or works, one sub-question for each of them; for a question with a hidden middle step, "
+        f"one for that step. Give between {fewest} and {most} sub-questions, each naming what it is "
+        "about in full (no 'he', 'it' or 'they'), each with a short search query of names and key words."
     )
     return [_system(task, PlanReply), {"role": "user", "content": f"Question: {question}"}]
 
@@ -90,13 +95,29 @@ def query_messages(question: str, subquestions: list[str]) -> list[Message]:
     ]
 
 
-def verifier_messages(subquestion: SubQuestion, page: Page, limit: int, max_chars: int) -> list[Message]:
-    task = (
-        f"You extract evidence. From the page, propose at most {limit} claims that help answer the "
-        "sub-question. Each claim has a `quote` copied character for character from the page text (one or "
-        "two whole sentences) and a `text` restating only what the quote says: every number and every "
-        "capitalised name in `text` must appear in `quote`. If the page does not answer, return no claims."
+def _verifier_task(limit: int) -> str:
+    # No example reply here: a 1.5B model copied an example's quote ("It was founded by ...") as its own.
+    return (
+        f"You extract evidence. From the page, propose up to {limit} claims that help answer the "
+        "sub-question. Each claim has a `quote` copied character for character from the page text: one or "
+        "two whole sentences exactly as the page writes them, without the tags around the text. Its `text` "
+        "says what the quote says, in the quote's own words: every number and every capitalised name in "
+        "`text` must appear in `quote` or the page title; never add, drop or reverse a 'not'; never restate "
+        "the question, ask a question or write an 'if'. If the page says nothing that helps, reply "
+        '{"claims": []}.'
     )
+
+
+def verifier_fixed_chars(limit: int = 20) -> int:
+    """Characters of a verifier prompt besides the page text, allowing for a long title, URL and
+    sub-question: what a context window must hold before any page text fits."""
+    allowance = 300 + 200 + 200  # sub-question, URL, title
+    frame = "Sub-question: \n\nPage URL: \nPage title:\n\nPage text:\n" + 2 * untrusted("page text", "")
+    return len(_system(_verifier_task(limit), ClaimsReply)["content"]) + len(frame) + allowance
+
+
+def verifier_messages(subquestion: SubQuestion, page: Page, limit: int, max_chars: int) -> list[Message]:
+    task = _verifier_task(limit)
     text = page.text[:max_chars]
     cut = f" (the first {max_chars:,} of {len(page.text):,} characters)" if len(page.text) > max_chars else ""
     user = (
@@ -107,9 +128,30 @@ def verifier_messages(subquestion: SubQuestion, page: Page, limit: int, max_char
     return [_system(task, ClaimsReply), {"role": "user", "content": user}]
 
 
-def _evidence(request: SynthesisInput) -> str:
-    lines = [f"[{c.source_id}] ({c.subquestion_id}) {c.text}\n    quote: {c.quote}" for c in request.claims]
-    return untrusted("verified claims and their quotes", "\n".join(lines))
+def _claim_lines(request: SynthesisInput, max_chars: int) -> list[str]:
+    """A line per claim, as many as fit in `max_chars`, taken a sub-question at a time in turn (each
+    sub-question's first claim before any second), so a small context still sees every sub-question."""
+    queues = {
+        sub.id: [c for c in request.claims if c.subquestion_id == sub.id] for sub in request.subquestions
+    }
+    queues[""] = [c for c in request.claims if c.subquestion_id not in queues]
+    ordered = []
+    while any(queues.values()):
+        for queue in queues.values():
+            if queue:
+                ordered.append(queue.pop(0))
+    lines, used = [], 0
+    for claim in ordered:
+        line = f"[{claim.source_id}] ({claim.subquestion_id}) {claim.text}\n    quote: {claim.quote}"
+        if used + len(line) + 1 > max_chars:
+            continue
+        lines.append(line)
+        used += len(line) + 1
+    return lines
+
+
+def _evidence(request: SynthesisInput, max_chars: int) -> str:
+    return untrusted("verified claims and their quotes", "\n".join(_claim_lines(request, max_chars)))
 
 
 def _numbered(draft: Draft) -> str:
@@ -119,41 +161,52 @@ def _numbered(draft: Draft) -> str:
     )
 
 
-def synthesiser_messages(request: SynthesisInput) -> list[Message]:
+def synthesiser_messages(request: SynthesisInput, max_chars: int = 1_000_000) -> list[Message]:
+    """The synthesiser's prompt, showing as many claims as `max_chars` allows (see `_claim_lines`)."""
     task = (
         "You write a short research report from verified claims only. Every sentence states only what its "
-        'cited claims say and cites their source ids in `cites` (e.g. ["S1"]); use only the ids given. '
-        "Numbers and names must be copied from the quotes. Give each sentence the id of the sub-question it "
-        'answers as `section`, and open with one or two summary sentences whose `section` is "". Where the '
-        "claims do not answer a sub-question, leave it out rather than guess."
+        'cited claims say, mostly in their own words, and cites their source ids in `cites` (e.g. ["S1"]); '
+        "use only the ids given, and cite a source only for what its claims say. Numbers and names must "
+        "be copied from the claims; never add a 'not' they lack or drop one they have. Give each sentence "
+        "the id of the sub-question it answers as `section`. Open with one or two summary sentences whose "
+        '`section` is "": the answer to the question, in the words of the claims that give it, with their '
+        "cites. Where the claims do not answer a sub-question, leave it out rather than guess. Put ids only "
+        "in `cites`, never in `text`. Example reply: "
+        '{"sentences": [{"text": "Jane Doe founded Acme Corp in 1947.", "cites": ["S1"], "section": ""}, '
+        '{"text": "Acme Corp makes anvils and rockets.", "cites": ["S2"], "section": "q2"}]}'
     )
     subquestions = "\n".join(f"{s.id}: {s.text}" for s in request.subquestions)
-    user = f"Question: {request.question}\n\nSub-questions:\n{subquestions}\n\nClaims:\n{_evidence(request)}"
+    user = f"Question: {request.question}\n\nSub-questions:\n{subquestions}\n\nClaims:\n"
+    revision = ""
     if request.previous is not None:
         previous = untrusted("previous draft", _numbered(request.previous))
-        user += f"\n\nYour previous draft, numbered from 0:\n{previous}"
+        revision += f"\n\nYour previous draft, numbered from 0:\n{previous}"
     if request.critique is not None:
         problems = "\n".join(
             f"sentence {p.index}: {p.check.value}: {p.detail}" for p in request.critique.problems
         )
-        user += "\n\nThe critique of that draft (revise to answer it):\n" + untrusted(
+        revision += "\n\nThe critique of that draft (revise to answer it):\n" + untrusted(
             "critique", f"notes: {request.critique.notes}\n{problems}"
         )
-    return [_system(task, Draft), {"role": "user", "content": user}]
+    system = _system(task, Draft)
+    room = max_chars - len(system["content"]) - len(user) - len(revision) - 200
+    user += _evidence(request, room) + revision
+    return [system, {"role": "user", "content": user}]
 
 
-def critic_messages(request: SynthesisInput, draft: Draft) -> list[Message]:
+def critic_messages(request: SynthesisInput, draft: Draft, max_chars: int = 1_000_000) -> list[Message]:
+    """The critic's prompt, showing as many claims as `max_chars` allows (see `_claim_lines`)."""
     task = (
         "You review a research report. Each sentence must be supported by the quotes of the claims it "
         "cites, answer the question, and not overstate. Approve only when no sentence has a problem. "
         "For each problem give the sentence index (from 0), a `check` (`unsupported` when the quotes do not "
         "support it, `uncited` when it needs a citation), and a `detail` a writer can act on."
     )
-    user = (
-        f"Question: {request.question}\n\nClaims:\n{_evidence(request)}\n\n"
-        f"Report sentences, numbered from 0:\n{untrusted('report draft', _numbered(draft))}"
-    )
-    return [_system(task, Critique), {"role": "user", "content": user}]
+    sentences = f"Report sentences, numbered from 0:\n{untrusted('report draft', _numbered(draft))}"
+    system = _system(task, Critique)
+    room = max_chars - len(system["content"]) - len(request.question) - len(sentences) - 200
+    user = f"Question: {request.question}\n\nClaims:\n{_evidence(request, room)}\n\n{sentences}"
+    return [system, {"role": "user", "content": user}]
 
 
 def validation_retry(error: str) -> str:
