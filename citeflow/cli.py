@@ -107,6 +107,7 @@ def report_json(report: Report) -> dict[str, Any]:
     return {
         "run_id": report.run_id,
         "status": report.status.value,
+        "answered": report.answered,
         "report_path": report.report_path,
         "report": report.markdown,
         "sources": [{"id": s.id, "url": s.url, "title": s.title} for s in report.sources],
@@ -272,3 +273,7 @@ def models_check(
         out.print(line.rstrip(), highlight=False, soft_wrap=True)
     if any(check.status is CheckStatus.failed for check in checks):
         raise typer.Exit(1)
+
+
+# `citeflow eval` lives in its own module, which reuses the run options above and registers itself on app.
+import citeflow.eval_command  # noqa: E402, F401

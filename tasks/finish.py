@@ -175,6 +175,7 @@ def finish(
         run_id=run_id,
         question=question,
         status=status,
+        answered=bool(kept),
         markdown=markdown,
         report_path=path,
         sources=[source for source in sources if source.id in cited],
