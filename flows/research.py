@@ -52,13 +52,14 @@ from citeflow.web.research import WebResearch, open_research
 from citeflow.web.settings import WebSettings
 from storage.store import EvidenceStore, get_store
 from tasks.finish import finish, slug
-from tasks.planner import plan
+from tasks.planner import follow_up, plan
 from tasks.researcher import Researched, research
 from tasks.verifier import select_pages, verify_page
 from tasks.writer import Review, write_report
 
 STAGE_ROLES = {
     "plan": ("planner", "query_writer"),
+    "follow-up": ("planner",),
     "verify": ("verifier",),
     "write": ("synthesiser", "critic"),
 }
@@ -135,6 +136,12 @@ def verify_task(
         settings.caps.claims_per_page,
         settings.caps.quote_min_chars,
     )
+
+
+@task(name="follow-up", retries=1, retry_delay_seconds=2, retry_condition_fn=not_rejected)
+def follow_up_task(run_id: str, settings: Settings, evidence: SynthesisInput) -> list[SubQuestion]:
+    engine = _services[run_id].engine
+    return follow_up(get_store(settings.db), engine, run_id, evidence, settings.caps.followups_max)
 
 
 @task(name="write")
@@ -329,6 +336,41 @@ def run_stages(store: EvidenceStore, settings: Settings, run_id: str, question: 
         metrics.claims_verified = len(claims)
         metrics.claims_rejected = len(store.claims(run_id, ClaimStatus.rejected))
     logger.info("verify: %d claims verified, %d rejected", metrics.claims_verified, metrics.claims_rejected)
+    update_progress_artifact(progress, 55.0)
+
+    # Second round: follow-up sub-questions about what the verified claims lead to (a bridge entity the
+    # question's relation still needs), researched and verified like the first round's.
+    with clock.stage("follow-up") as metrics:
+        evidence = SynthesisInput(
+            question=question, subquestions=subquestions, claims=claims, sources=numbered
+        )
+        followups = follow_up_task(run_id, settings, evidence) if claims else []
+        record_degradations(store, run_id, models, "follow-up")
+        if followups:
+            logger.info("follow-up: %s", " | ".join(s.text for s in followups))
+            researching = research_task.map(unmapped(run_id), unmapped(settings), followups)
+            researched_more: list[Researched] = settled(
+                store, run_id, "research", researching, [s.id for s in followups]
+            )
+            more, found_more = select_pages(
+                [source for one in researched_more for source in one.sources],
+                settings.caps.pages_verified_max,
+            )
+            by_id |= {sub.id: sub for sub in followups}
+            verifying = [
+                verify_task.submit(run_id, settings, by_id[subquestion_id], page_id, f"C{n}")
+                for n, (page_id, subquestion_id) in enumerate(more, start=len(pages) + 1)
+            ]
+            settled(store, run_id, "verify", verifying, [subquestion_id for _, subquestion_id in more])
+            record_degradations(store, run_id, models, "verify")
+            subquestions = [*subquestions, *followups]
+            numbered = store.number_sources(run_id)
+            first_round = len(claims)
+            claims = store.claims(run_id, ClaimStatus.verified)
+            pages_found += found_more
+            pages_verified += len({page_id for page_id, _ in more})
+            metrics.pages = len(more)
+            metrics.claims_verified = len(claims) - first_round
     update_progress_artifact(progress, 70.0)
 
     review = None

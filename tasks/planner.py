@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from citeflow.contracts import SubQuestion
+from citeflow.contracts import SubQuestion, SynthesisInput
 from citeflow.roles import Engine
 from citeflow.text import normalise
 from storage.store import EvidenceStore
@@ -36,3 +36,39 @@ def plan(
         step.detail = f"{len(subquestions)} sub-questions"
     store.add_subquestions(run_id, subquestions)
     return subquestions
+
+
+def enforce_follow_ups(
+    existing: list[SubQuestion], proposed: list[SubQuestion], limit: int
+) -> list[SubQuestion]:
+    """Whatever a planner proposed for the second round: drop empty ones and those whose query repeats
+    any sub-question's, cap at `limit`, number them on from the plan (q4, q5, ... after q3)."""
+    seen = {normalise(sub.query).casefold() for sub in existing}
+    kept: list[SubQuestion] = []
+    for sub in proposed:
+        text, query = sub.text.strip(), (sub.query.strip() or sub.text.strip())
+        key = normalise(query).casefold()
+        if not text or key in seen or len(kept) == limit:
+            continue
+        seen.add(key)
+        position = len(existing) + len(kept)
+        kept.append(SubQuestion(id=f"q{position + 1}", position=position, text=text, query=query))
+    return kept
+
+
+def follow_up(
+    store: EvidenceStore,
+    engine: Engine,
+    run_id: str,
+    evidence: SynthesisInput,
+    limit: int,
+) -> list[SubQuestion]:
+    """The second round's sub-questions, from what the first round verified (`evidence`)."""
+    if limit < 1:
+        return []
+    with traced(store, run_id, "follow-up", engine.name) as step:
+        proposed = engine.planner.follow_up(evidence, limit)
+        followups = enforce_follow_ups(evidence.subquestions, proposed, limit)
+        step.detail = f"{len(followups)} follow-up sub-questions"
+    store.add_subquestions(run_id, followups)
+    return followups

@@ -275,3 +275,24 @@ def test_no_revision_starts_past_85_percent_of_the_budget(server: ScriptedServer
         "The critic did not approve this report and no revision was started because 85% of the model "
         "budget was spent."
     )
+
+
+def test_planner_proposes_follow_ups_from_the_verified_claims(server: ScriptedServer) -> None:
+    models = engine_for(server, RoleName.planner)
+    server.enqueue(json_reply({"subquestions": [{"text": "Where is Ohio?", "query": "Ohio"}] * 4}))
+
+    followups = models.engine.planner.follow_up(REQUEST, 2)
+
+    assert [(s.text, s.query) for s in followups] == [("Where is Ohio?", "Ohio")] * 2  # the limit holds
+    assert role_of(server.requests[0]) == "planner"
+    assert CLAIM.quote in server.requests[0].prompt and "at most 2 follow-up" in server.requests[0].prompt
+
+
+def test_planner_follow_ups_degrade_to_the_extractive_rules(server: ScriptedServer) -> None:
+    models = engine_for(server, RoleName.planner)
+    server.default = Reply(status=500, error="boom")
+
+    followups = models.engine.planner.follow_up(REQUEST, 3)
+
+    assert followups == extractive_engine().planner.follow_up(REQUEST, 3)
+    assert [d.subject for d in models.degradations.drain()] == ["follow-up"]

@@ -37,6 +37,12 @@ class PlanReply(BaseModel):
     subquestions: list[PlannedQuestion] = Field(min_length=1)
 
 
+class FollowUpReply(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    subquestions: list[PlannedQuestion] = Field(description="Empty when the claims need no follow-up.")
+
+
 class QueriesReply(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -76,6 +82,19 @@ def planner_messages(question: str, fewest: int, most: int) -> list[Message]:
         f"answerable from web pages, between {fewest} and {most} of them, with a search query for each."
     )
     return [_system(task, PlanReply), {"role": "user", "content": f"Question: {question}"}]
+
+
+def follow_up_messages(evidence: SynthesisInput, limit: int) -> list[Message]:
+    task = (
+        f"You plan a second round of research. Propose at most {limit} follow-up sub-questions about "
+        "entities the verified claims name (a person, place, work, organisation) that the question still "
+        "needs: if a claim says someone was born in Hiroshima and the question asks about their "
+        "birthplace, ask about Hiroshima. Each sub-question reads as a question a person would ask, with "
+        "a search query that names the entity. Propose none when the claims already answer the question."
+    )
+    asked = "\n".join(f"{s.id}: {s.text}" for s in evidence.subquestions)
+    user = f"Question: {evidence.question}\n\nAlready asked:\n{asked}\n\nClaims:\n{_evidence(evidence)}"
+    return [_system(task, FollowUpReply), {"role": "user", "content": user}]
 
 
 def query_messages(question: str, subquestions: list[str]) -> list[Message]:
@@ -124,8 +143,11 @@ def synthesiser_messages(request: SynthesisInput) -> list[Message]:
         "You write a short research report from verified claims only. Every sentence states only what its "
         'cited claims say and cites their source ids in `cites` (e.g. ["S1"]); use only the ids given. '
         "Numbers and names must be copied from the quotes. Give each sentence the id of the sub-question it "
-        'answers as `section`, and open with one or two summary sentences whose `section` is "". Where the '
-        "claims do not answer a sub-question, leave it out rather than guess."
+        "supports as `section`, and open with one or two sentences that answer the question directly (yes "
+        'or no, a name, a date, a number) whose `section` is "". When the claims do not answer the '
+        'question, write no sentence with section "": the report then says the answer was not found and '
+        "lists what you write as related evidence. Where the claims do not answer a sub-question, leave it "
+        "out rather than guess."
     )
     subquestions = "\n".join(f"{s.id}: {s.text}" for s in request.subquestions)
     user = f"Question: {request.question}\n\nSub-questions:\n{subquestions}\n\nClaims:\n{_evidence(request)}"

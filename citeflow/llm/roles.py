@@ -84,11 +84,13 @@ class ModelPlanner:
         degradations: DegradationLog,
         fewest: int,
         query_writer: ModelQueryWriter | None = None,
+        fallback: Planner | None = None,
     ) -> None:
         self.client = client
         self.degradations = degradations
         self.fewest = fewest
         self.query_writer = query_writer
+        self.fallback = fallback
 
     def plan(self, question: str, max_subquestions: int) -> list[SubQuestion]:
         messages = prompts.planner_messages(question, min(self.fewest, max_subquestions), max_subquestions)
@@ -106,6 +108,20 @@ class ModelPlanner:
         return [
             SubQuestion(id=f"q{n + 1}", position=n, text=p.text, query=query)
             for n, (p, query) in enumerate(zip(planned, queries, strict=True))
+        ]
+
+    def follow_up(self, evidence: SynthesisInput, limit: int) -> list[SubQuestion]:
+        """Follow-up sub-questions from the model; when it gives none usable, the fallback planner's rules
+        (the extractive engine's bridge entities), recorded as a degradation."""
+        try:
+            reply = self.client.structured(prompts.follow_up_messages(evidence, limit), prompts.FollowUpReply)
+        except DegradableError as exc:
+            self.degradations.add(RoleName.planner, "follow-up", exc)
+            return self.fallback.follow_up(evidence, limit) if self.fallback is not None else []
+        # Numbering, deduplication against the plan and the limit are tasks.planner.enforce_follow_ups'.
+        return [
+            SubQuestion(id=f"f{n}", position=n, text=p.text, query=p.query)
+            for n, p in enumerate(reply.subquestions[:limit])
         ]
 
 
@@ -208,7 +224,7 @@ def build_engine(
     planner: Planner = fallback.planner
     if planner_client is not None:
         writer = ModelQueryWriter(writer_client, degradations) if writer_client is not None else None
-        planner = ModelPlanner(planner_client, degradations, caps.subquestions_min, writer)
+        planner = ModelPlanner(planner_client, degradations, caps.subquestions_min, writer, fallback.planner)
     extractor: ClaimExtractor = (
         fallback.extractor
         if verifier_client is None
