@@ -564,6 +564,23 @@ class EvidenceStore:
                 sources.append(source)
         return sources
 
+    def renumber_sources(self, run_id: str, renumbered: dict[str, str]) -> None:
+        """Give the run's sources new ids (old id -> new id) in claims and run_sources alike, so the store
+        numbers them as the report does (in the order it first cites them)."""
+        with self.transaction() as cur:
+            for table in ("claims", "run_sources"):
+                # Through a prefix no id has, so that S2 -> S1 never meets the S1 -> S2 of the same pass.
+                cur.execute(
+                    f"UPDATE {table} SET source_id = '~' || source_id "
+                    "WHERE run_id = ? AND source_id IS NOT NULL",
+                    [run_id],
+                )
+                for old, new in renumbered.items():
+                    cur.execute(
+                        f"UPDATE {table} SET source_id = ? WHERE run_id = ? AND source_id = ?",
+                        [new, run_id, f"~{old}"],
+                    )
+
     # -- report, usage, traces, errors ---------------------------------------------------------
 
     def add_report_sentences(self, sentences: list[ReportSentence]) -> None:
