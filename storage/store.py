@@ -26,6 +26,7 @@ from citeflow.contracts import (
     Claim,
     ClaimStatus,
     ModelCall,
+    Origin,
     Page,
     PageInput,
     ReportSentence,
@@ -340,7 +341,7 @@ class EvidenceStore:
         prepared = []
         for page in pages:
             text = page.text if max_chars is None else page.text[:max_chars]
-            canonical = canonical_url(page.url)
+            canonical = canonical_url(page.url, keep_fragment=page.origin is Origin.ingested)
             text_hash = content_hash(text)
             prepared.append((page, text, canonical, text_hash, page_id(canonical, text_hash)))
         ids = [item[4] for item in prepared]
