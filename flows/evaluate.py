@@ -60,14 +60,21 @@ def run_question(
 ) -> QuestionResult:
     """One question through the research flow, exactly as `citeflow run` sends it, then scored."""
     started = time.perf_counter()
-    state = research_flow(
-        question=question.question,
-        db=str(db),
-        reports=str(reports),
-        config=config,
-        models=models,
-        return_state=True,
-    )
+    try:
+        state = research_flow(
+            question=question.question,
+            db=str(db),
+            reports=str(reports),
+            config=config,
+            models=models,
+            return_state=True,
+        )
+    except Exception as error:  # noqa: BLE001 - one question's crash is its result, never the whole eval's
+        # A run that fails inside the flow comes back as a state; this is one that could not start or
+        # finish at all (measured: the temporary Prefect server answering 503 under load).
+        return failed(
+            question, f"{type(error).__name__}: {error}", time.perf_counter() - started, expected_answered
+        )
     seconds = time.perf_counter() - started
     report = state.result(raise_on_failure=False)
     if not isinstance(report, Report):
