@@ -42,7 +42,7 @@ RELATED_MAX = 3
 # A chain answers only when its score (after ANCHOR_TRUST) is at least this share of what the question
 # says (its relation and the words next to its question word, by weight): less is a chain of pages that
 # merely share the question's names.
-ANSWER_MIN_SCORE = 0.3
+ANSWER_MIN_SCORE = 0.25
 # A page is one the question describes when a claim on it shows this share of the relation (by weight).
 DESCRIBED_SHARE = 0.5
 # For a follow-up (only a search), a page is described by a claim showing this share of the relation:
@@ -105,12 +105,17 @@ def is_named(title: str, name: str) -> bool:
 
 
 def names_title(text: str, title: str) -> bool:
-    """Whether `text` (a question, a claim) mentions every word of what the page's title names: a
-    question that says "Flute Sonata in C major, BWV 1033" names that page, whatever its names parse."""
-    said = set(words(text))
-    return any(
-        (subject_words := _name_words(subject)) and subject_words <= said for subject in title_subjects(title)
-    )
+    """Whether `text` (a question, a claim) says what the page's title names, word for word and in order:
+    a question that says "Flute Sonata in C major, BWV 1033" names that page, whatever its names parse,
+    while "a residential hall in a university" does not name "University Hall"."""
+    said = words(text)
+    for subject in title_subjects(title):
+        wanted = words(subject)
+        if _name_words(subject) and any(
+            said[start : start + len(wanted)] == wanted for start in range(len(said) - len(wanted) + 1)
+        ):
+            return True
+    return False
 
 
 def is_about(title: str, name: str) -> bool:
@@ -259,7 +264,7 @@ class Anchor(IntEnum):
 # taken at its word; one from a page the question only describes must show nearly all of the question
 # to pass, since with the right pages missing a page of the same description still matches it.
 # (On hotpotqa-100 with each question's gold pages removed, lower trust said "answered" more often.)
-ANCHOR_TRUST = {Anchor.none: 0.0, Anchor.described: 0.3, Anchor.titled: 0.4, Anchor.named: 1.0}
+ANCHOR_TRUST = {Anchor.none: 0.0, Anchor.described: 0.25, Anchor.titled: 0.33, Anchor.named: 1.0}
 
 
 @dataclass(frozen=True)
@@ -267,6 +272,7 @@ class Chain:
     links: tuple[Evidence, ...]  # anchor claim first, the claim that answers last
     cover: float
     anchor: Anchor
+    backward: bool = False  # reached through a claim on the answer's page that names the anchor
 
     @property
     def answer(self) -> Evidence:
@@ -297,7 +303,10 @@ def anchors(
             kinds[page] = Anchor.titled
         elif (
             not shape.entities
-            or max(weights.cover(item.stems) for item in items) >= share * weights.whole
+            or (
+                weights.whole > 0
+                and max(weights.cover(item.stems) for item in items) >= share * weights.whole
+            )
             or (
                 following
                 and any(mentions(item.claim.text, name) for item in items for name in shape.entities)
@@ -376,9 +385,11 @@ def chains(shape: QuestionShape, evidence: list[Evidence], weights: Weights) -> 
             for first in pages[page]:
                 for last in answers:
                     chain = tuple({item.claim.id: item for item in (first, link, last)}.values())
-                    found.append(Chain(chain, _chain_cover(chain, others, weights), kind))
-    # Ties go to the shorter chain: a claim that adds nothing to the score adds nothing to the answer.
-    return sorted(found, key=lambda chain: (-chain_score(chain, weights), len(chain.links)))
+                    cover = _chain_cover(chain, others, weights)
+                    found.append(Chain(chain, cover, kind, backward=link.page == other))
+    # Ties go to the chain that follows what the anchor names ("from the soap opera Neighbours") over one
+    # from a page that names the anchor, then to the shorter: a claim that adds nothing adds nothing.
+    return sorted(found, key=lambda chain: (-chain_score(chain, weights), chain.backward, len(chain.links)))
 
 
 def _chain_cover(items: tuple[Evidence, ...], others: list[str], weights: Weights) -> float:

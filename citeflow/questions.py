@@ -430,9 +430,10 @@ def _stems(text: str) -> set[str]:
 
 def _slot(question: str, named: set[str]) -> tuple[tuple[str, float], ...]:
     """The content stems within SLOT_WORDS words of the question word that asks, in its clause, with
-    their nearness (1 / content words away): what the answer's own sentence most likely repeats ("sold
-    more than how many records", "godfather is whom", "which Danish heavy metal band"). The stems of
-    the question's names (`named`) are left out: every sentence of their own pages repeats them."""
+    their nearness (1 / (words away) squared: the next word says most): what the answer's own sentence
+    most likely repeats ("sold more than how many records", "godfather is whom", "which Danish heavy
+    metal band"). The stems of the question's names (`named`) are left out: every sentence of their own
+    pages repeats them."""
     raw = re.findall(r"[\w'-]+|[,;:]", _last_sentence(question))
     sentence = [word.casefold() for word in raw]
     where = _asking_word(sentence)
@@ -450,12 +451,12 @@ def _slot(question: str, named: set[str]) -> tuple[tuple[str, float], ...]:
         index, taken = where + step, 0
         while 0 <= index < len(sentence) and taken < SLOT_WORDS and sentence[index] not in ",;:":
             word = sentence[index]
-            if word not in _WH and word not in _ASKING_WORDS and take(word, 1 / (taken + 1)):
+            if word not in _WH and word not in _ASKING_WORDS and take(word, 1 / (taken + 1) ** 2):
                 taken += 1
             index += step
-    # "In what year was the man ... born?", "What position did X play?": after an inverted auxiliary the
-    # verb that asks ends the question (in lower case: "... Counting Crows?" ends on a name).
-    if where <= 1 and where + 2 < len(sentence) and sentence[where + 2] in _AUXILIARY_OPENERS:
+    # "In what year was the man ... born?", "Who did X have a child with?": after an inverted auxiliary
+    # the verb or noun that asks ends the question (in lower case: "... Counting Crows?" ends on a name).
+    if where <= 1 and set(sentence[where + 1 : where + 3]) & _AUXILIARY_OPENERS:
         last = [word for word in raw if word.isalpha() and word.casefold() not in STOPWORDS]
         if last and last[-1].islower():
             take(last[-1], 1.0)
@@ -496,8 +497,12 @@ def read_question(question: str) -> QuestionShape:
         order = Order.latest if _LATEST.search(text) else Order.earliest if (
             _AGE.search(text) or _FIRST.search(text)) else None  # fmt: skip
         return QuestionShape(text, Form.choice, Asks.thing, sides, entities, relation, predicate, order=order)
-    if yes_no:  # "Does B also have one?": one side, the names of the asking sentence
+    if yes_no:
+        # "A has an OBE. Does B also have one?": one side, the names of the asking sentence; it must show
+        # everything else the question says, the other names included ("one" is the OBE).
         own = tuple(question_entities(_last_sentence(text))) or entities[:1]
-        return QuestionShape(text, Form.both, Asks.yes_no, own, entities, relation, relation)
+        own_stems = set().union(*(_stems(name) for name in own)) if own else set()
+        predicate = frozenset(_stems(text) - own_stems - asking)
+        return QuestionShape(text, Form.both, Asks.yes_no, own, entities, relation, predicate)
     slot = _slot(text, named)
     return QuestionShape(text, Form.open, _asks(text), (), entities, relation, frozenset(), slot=slot)
