@@ -237,10 +237,10 @@ def summarise(results: list[QuestionResult]) -> Summary:
     )
 
 
-def load_floors(path: Path) -> dict[str, float]:
-    """Floors from a TOML file: `[floors]` maps a Summary figure to the least it may be."""
+def load_floors(path: Path, table: str = "floors") -> dict[str, float]:
+    """Floors from a TOML file: `[floors]` (or another table) maps a Summary figure to the least it may be."""
     try:
-        floors = tomllib.loads(path.read_text(encoding="utf-8")).get("floors", {})
+        floors = tomllib.loads(path.read_text(encoding="utf-8")).get(table, {})
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise InputError(str(path), f"could not be read as TOML: {error}", NOTHING_RUN) from error
     unknown = sorted(set(floors) - set(Summary.model_fields))

@@ -109,3 +109,24 @@ def test_eval_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     assert missing.exit_code == 1 and "nope.jsonl: is not a file" in missing.output
     past = runner.invoke(app, ["eval", str(corpus), str(questions), "--offset", "5"])
     assert past.exit_code == 1 and "--offset 5: is past the last question" in past.output
+
+
+def test_eval_takes_the_run_options_to_the_model_path(prefect_api: None, tmp_path: Path) -> None:
+    from openai_server import Reply, ScriptedServer
+
+    corpus, questions = dataset(tmp_path)
+    out = tmp_path / "results.json"
+    with ScriptedServer() as server:
+        # Every call fails: each role degrades to the extractive engine, and the calls are still counted.
+        server.default = Reply(status=500, error="boom")
+        result = runner.invoke(
+            app,
+            ["eval", str(corpus), str(questions), "--limit", "1", "--out", str(out),
+             "--base-url", server.url, "--model", "scripted", "--set", "defaults.max_attempts=1"],
+        )  # fmt: skip
+        requested = {request.body["model"] for request in server.requests}
+
+    assert result.exit_code == 0, result.output
+    [young] = json.loads(out.read_text(encoding="utf-8"))["results"]
+    assert young["status"] != "error" and young["model_calls"] > 0
+    assert requested == {"scripted"}
