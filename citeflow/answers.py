@@ -43,6 +43,9 @@ RELATED_MAX = 3
 # says (its relation and the words next to its question word, by weight): less is a chain of pages that
 # merely share the question's names.
 ANSWER_MIN_SCORE = 0.25
+# A chain through pages the question names every one of ("Amy Johnson", "They Flew Alone") needs only this
+# share of ANSWER_MIN_SCORE: the question itself vouches for its pages.
+NAMED_CHAIN_SHARE = 0.5
 # A page is one the question describes when a claim on it shows this share of the relation (by weight).
 DESCRIBED_SHARE = 0.5
 # For a follow-up (only a search), a page is described by a claim showing this share of the relation:
@@ -576,10 +579,15 @@ class Answerer:
     def _open(self) -> Answer:
         weights = self.weights
         needed = ANSWER_MIN_SCORE * (weights.whole + SLOT_WEIGHT * weights.slot_whole)
+
+        def both_named(chain: Chain) -> bool:
+            pages = {link.page for link in chain.links}
+            return len(pages) > 1 and all(names_title(self.shape.text, link.title) for link in chain.links)
+
         found = [
             chain
             for chain in chains(self.shape, self.evidence, weights)
-            if chain_score(chain, weights) >= needed
+            if chain_score(chain, weights) >= needed * (NAMED_CHAIN_SHARE if both_named(chain) else 1.0)
         ]
         if not found:
             return Answer([], self._related())
