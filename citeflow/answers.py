@@ -6,10 +6,14 @@ questions about what `bridges` finds. Only verified claims and the titles of the
 sentence proposed is a verified claim, or a short verdict ("The answer is no.") followed by the claims
 that decide it; when the claims do not answer the question, no answer is proposed at all.
 
-A multi-hop question reaches its answer through a chain: a claim on a page about one of the question's
-names (the anchor) names another entity (the bridge), and a claim on the bridge's page states what the
-question asks. The best chain is the one whose claims show most of the question's relation words, each
-weighted by how rare it is among the claims.
+A multi-hop question reaches its answer through a chain: a claim on a page the question is about (the
+anchor) names another entity (the bridge), or a claim on the bridge's page names the anchor, and a claim
+on the bridge's page states what the question asks. A page is an anchor when the question names its title
+outright, less surely when its title contains one of the question's names, least when a claim on it
+matches what the question describes ("the runner-up in the 1999 World Drivers' Championship"). The best
+chain shows most of the question's relation words (each weighted by how rare it is among the claims) and
+of the words next to its question word, discounted by how sure its anchor is; below a threshold, nothing
+answers. The constants were set on hotpotqa-100 with and without each question's gold pages.
 """
 
 from __future__ import annotations
@@ -484,10 +488,6 @@ class Answer:
 
     lead: list[DraftSentence]
     support: list[DraftSentence]
-
-    @property
-    def answered(self) -> bool:
-        return bool(self.lead)
 
 
 def _sentence(item: Evidence, section: str) -> DraftSentence:

@@ -1,8 +1,10 @@
 """The extractive engine: every role played by deterministic rules, with no model.
 
 It is a real product mode (offline, or when no model endpoint is configured), not a test double:
-the planner splits the question by rules, the extractor quotes the page's own sentences, the
-synthesiser writes only those quotes, and the critic is the mechanical checks.
+the planner splits the question by rules (citeflow/questions.py) and follows up the entities the
+verified claims name, the extractor quotes the page's own sentences, the synthesiser writes the quote
+that answers first and then those that support it (citeflow/answers.py), and the critic is the
+mechanical checks.
 """
 
 from __future__ import annotations
@@ -30,8 +32,6 @@ from citeflow.text import content_stems, content_words, normalise, prose_sentenc
 QUERY_OVERLAP_DUPLICATE = 0.9
 # Report sentences sharing at least this share of content words (of the shorter) repeat each other.
 SENTENCE_OVERLAP_DUPLICATE = 0.8
-# The question's words beyond its names make a sub-question of their own from this many on.
-REMAINDER_MIN_WORDS = 2
 # Facets fill a plan only for a question with this many distinct content words: fewer make no
 # searches that differ from the question's own.
 FACET_MIN_TERMS = 3
@@ -43,10 +43,6 @@ FRAGMENT_MIN_CHARS = 20
 PAGE_MIN_SHARED_STEMS = 2
 # A page's first sentence usually defines its subject: a small bonus, as a share of the best score.
 FIRST_SENTENCE_BONUS = 0.25
-
-
-def _key(text: str) -> str:
-    return " ".join(content_words(text))
 
 
 def _jaccard(first: list[str], second: list[str]) -> float:
@@ -110,9 +106,10 @@ def _facets(question: str, topic: list[str]) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class ExtractivePlanner:
-    """Sub-questions by rules: the question itself, one per side of a comparison, one per entity, and
-    one for what the question asks beyond its names (often the page that links two entities). A plan
-    still short of `min_subquestions` is filled with facets: the question's subject and key phrases."""
+    """Sub-questions by rules: the question itself, one per side of a comparison and one per entity. A
+    plan still short of `min_subquestions` is filled with facets: the question's subject and key phrases.
+    The page that links two entities is the second round's to find (`follow_up`), from what the first
+    round's verified claims name."""
 
     min_subquestions: int = Caps().subquestions_min
 
