@@ -681,15 +681,15 @@ class Answerer:
         deciding = {side: self._deciding(items, predicate) for side, items in sides.items()}
         winner: str | None = None
         if self.shape.order is not None:
-            dated = {}
+            dated: dict[str, tuple[int, int, int]] = {}
             for side, items in sides.items():
                 with_date = [item for item in items if _date(item.claim.text)]
                 if with_date:
                     deciding[side] = self._deciding(with_date, predicate)
-                    dated[side] = _date(deciding[side].claim.text)
+                    dated[side] = _date(deciding[side].claim.text) or (0, 0, 0)
             if len(dated) == len(sides) and len(set(dated.values())) == len(dated):
-                pick = min if self.shape.order is Order.earliest else max
-                winner = pick(dated, key=lambda side: dated[side])  # type: ignore[arg-type]
+                ranked = sorted(dated, key=lambda side: dated[side])
+                winner = ranked[0] if self.shape.order is Order.earliest else ranked[-1]
         else:
             shown = {side: len(predicate & item.stems) for side, item in deciding.items()}
             top = max(shown.values())
