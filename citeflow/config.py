@@ -22,7 +22,9 @@ class Caps(BaseModel):
         5, ge=0, le=5, description="Follow-up sub-questions of the second research round; 0 turns it off."
     )
     pages_per_search: int = Field(4, ge=1, le=20, description="Search results read per sub-question.")
-    pages_verified_max: int = Field(16, ge=1, description="Distinct pages whose claims a run verifies.")
+    pages_verified_max: int = Field(
+        16, ge=1, description="Distinct pages whose claims a research round verifies (each of the two)."
+    )
     claims_per_page: int = Field(3, ge=1, le=20, description="Claims proposed from one page.")
     revisions_max: int = Field(2, ge=0, le=2, description="Synthesiser revisions after a critique.")
     token_budget: int = Field(200_000, ge=0, description="Model tokens (prompt + completion) per run.")
