@@ -111,18 +111,19 @@ def is_named(title: str, name: str) -> bool:
     return bool(named) and any(_name_words(subject) == named for subject in title_subjects(title))
 
 
+def says(text: str, phrase: str) -> bool:
+    """Whether `text` has the words of `phrase`, in order and next to each other."""
+    said, wanted = words(text), words(phrase)
+    return bool(wanted) and any(
+        said[start : start + len(wanted)] == wanted for start in range(len(said) - len(wanted) + 1)
+    )
+
+
 def names_title(text: str, title: str) -> bool:
     """Whether `text` (a question, a claim) says what the page's title names, word for word and in order:
     a question that says "Flute Sonata in C major, BWV 1033" names that page, whatever its names parse,
     while "a residential hall in a university" does not name "University Hall"."""
-    said = words(text)
-    for subject in title_subjects(title):
-        wanted = words(subject)
-        if _name_words(subject) and any(
-            said[start : start + len(wanted)] == wanted for start in range(len(said) - len(wanted) + 1)
-        ):
-            return True
-    return False
+    return any(_name_words(subject) and says(text, subject) for subject in title_subjects(title))
 
 
 def is_about(title: str, name: str) -> bool:
@@ -246,9 +247,9 @@ def offers_answer(item: Evidence, shape: QuestionShape) -> bool:
     asked = _question_words(shape)
     text = item.claim.text
     if shape.asks is Asks.time:
-        return any(year not in asked for year in YEAR.findall(text)) or bool(
-            set(words(text)) & _TIME_WORDS - asked
-        )
+        new_year = any(year not in asked for year in YEAR.findall(text))
+        # "In what year ...?" wants a year; "when", "which date" are answered by a month or a century too.
+        return new_year or ("year" not in asked and bool(set(words(text)) & _TIME_WORDS - asked))
     if shape.asks is Asks.number:
         return any(number not in asked for number in numbers(text)) or bool(
             set(words(text)) & _NUMBER_WORDS - asked
@@ -330,8 +331,11 @@ def names_page(item: Evidence, title: str) -> bool:
     Wales" names "Young, New South Wales"), or word for word when the title has several words."""
     if any(is_named(title, name) for name in item.names if _name_words(name)):
         return True
-    return any(len(_name_words(subject)) > 1 for subject in title_subjects(title)) and names_title(
-        item.claim.text, title
+    # Word for word only for a subject of several words: "David Leland" does not name "Leland, North
+    # Carolina" by its one-word subject "Leland".
+    return any(
+        len(_name_words(subject)) > 1 and names_title(item.claim.text, subject)
+        for subject in title_subjects(title)
     )
 
 
@@ -637,10 +641,18 @@ class Answerer:
             ]
             return Answer([], found or self._related())
         if self.shape.form is Form.both:
-            return self._both(sides)
-        if self.shape.form is Form.same:
-            return self._same(sides)
-        return self._choice(sides)
+            answer = self._both(sides)
+        elif self.shape.form is Form.same:
+            answer = self._same(sides)
+        else:
+            answer = self._choice(sides)
+        # Who or what each side is, when its deciding claim is not the sentence that defines its page.
+        shown = {sentence.text for sentence in answer.lead}
+        for items in sides.values():
+            defining = next((item for item in items if item.first), None)
+            if defining is not None and defining.claim.text not in shown:
+                answer.support.append(_sentence(defining, defining.claim.subquestion_id))
+        return answer
 
     def _deciding(self, items: list[Evidence], stems: frozenset[str]) -> Evidence:
         best = max(
