@@ -334,8 +334,7 @@ def names_page(item: Evidence, title: str) -> bool:
     # Word for word only for a subject of several words: "David Leland" does not name "Leland, North
     # Carolina" by its one-word subject "Leland".
     return any(
-        len(_name_words(subject)) > 1 and names_title(item.claim.text, subject)
-        for subject in title_subjects(title)
+        len(_name_words(subject)) > 1 and says(item.claim.text, subject) for subject in title_subjects(title)
     )
 
 

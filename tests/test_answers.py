@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from citeflow.answers import bridges, gather, is_about, is_named, names_title, title_subjects
+from citeflow.answers import (
+    Answerer,
+    bridges,
+    chains,
+    gather,
+    is_about,
+    is_named,
+    names_title,
+    title_subjects,
+)
 from citeflow.checks import mechanical_critique
 from citeflow.contracts import Claim, ClaimStatus, Draft, Source, SubQuestion, SynthesisInput
 from citeflow.extractive import ExtractivePlanner
@@ -205,3 +214,49 @@ def test_choice_by_dates_names_the_earlier_and_cites_it() -> None:
     assert mechanical_critique(draft, request(question, vic, haig).claims).approved
     younger = answer("Who is younger, Sid Haig or Vic Darchinyan?", vic, haig)
     assert younger.sentences[0].text == "The answer is Vic Darchinyan."
+
+
+def test_a_claim_names_a_page_by_its_whole_subject() -> None:
+    from citeflow.answers import names_page
+
+    [leland] = gather(
+        request("Q?", page("S1", "Chloë Leland", "She is the daughter of director David Leland."))
+    )
+    assert not names_page(leland, "Leland, North Carolina")  # "Leland" alone is another subject
+    [kerry, born] = gather(request("Q?", KERRY))
+    assert names_page(born, "Young, New South Wales") and not names_page(kerry, "Young, New South Wales")
+
+
+def test_in_what_year_wants_a_year_the_question_does_not_give() -> None:
+    from citeflow.answers import offers_answer
+
+    question = "In what year was the man who resigned before the election of 2000 born?"
+    election = page(
+        "S1", "Election, 2000", "The election was held on 31 July 2000, after Ezer Weizman resigned."
+    )
+    weizman = page(
+        "S2", "Ezer Weizman", "Ezer Weizman (15 June 1924 – 24 April 2005) was the seventh President."
+    )
+    shape = read_question(question)
+    [held] = gather(request(question, election))
+    [lived] = gather(request(question, weizman))
+    assert not offers_answer(held, shape) and offers_answer(lived, shape)
+    answerer = Answerer(request(question, election, weizman), shape)
+    [best, *_] = chains(shape, answerer.evidence, answerer.weights)
+    assert [link.claim.text for link in best.links] == [held.claim.text, lived.claim.text]
+
+
+def test_a_comparison_also_shows_what_each_side_is() -> None:
+    question = "Which singer is American, Mark King or Nick Hexum?"
+    king = page(
+        "S1", "Mark King", "Mark King (born 1958) is an English musician.", "He plays bass and sings."
+    )
+    hexum = page(
+        "S2",
+        "Nick Hexum",
+        'Nicholas Lofton "Nick" Hexum (born 1970) is a musician.',
+        "Hexum is an American singer and songwriter.",
+    )
+    texts = [sentence.text for sentence in answer(question, king, hexum).sentences]
+    assert texts[0] == "The answer is Nick Hexum."
+    assert hexum[1][0].text in texts  # the full name the answer is known by
