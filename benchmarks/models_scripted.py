@@ -22,6 +22,8 @@ import json
 import re
 import statistics
 import sys
+import tempfile
+import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -30,14 +32,38 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
-from hotpotqa import DEFAULT_EVAL, load_corpus, question_records, run_questions  # noqa: E402
 from openai_server import EVIDENCE_LINE, UNTRUSTED_BLOCK, Received, Reply, ScriptedServer, json_reply, role_of  # noqa: E402
 
 from citeflow.contracts import ClaimStatus, Report  # noqa: E402
 from citeflow.text import content_words, split_sentences  # noqa: E402
 from storage.store import get_store  # noqa: E402
+from tasks.evaluation import load_questions  # noqa: E402
+
+DEFAULT_EVAL = REPO.parent / "shared" / "eval"
+
+
+def run_questions(
+    questions: list[str], db: Path, models: dict[str, dict[str, Any]]
+) -> list[tuple[Report, float]]:
+    """Each question through the flow with the scripted model, with its wall seconds."""
+    from flows.research import research_flow
+
+    results = []
+    for question in questions:
+        started = time.perf_counter()
+        state = research_flow(
+            question=question,
+            db=str(db),
+            reports=str(db.parent / "reports"),
+            models=models,
+            return_state=True,
+        )
+        report = state.result(raise_on_failure=False)
+        if not isinstance(report, Report):
+            raise SystemExit(f"{question!r} crashed: {state.message}")
+        results.append((report, time.perf_counter() - started))
+    return results
 
 
 def block(received: Received, label: str) -> str:
@@ -156,8 +182,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=10, help="how many questions, from the first")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
     args = parser.parse_args()
-    db = load_corpus(args.eval)
-    questions = [record["question"] for record in question_records(args.eval, args.limit)]
+    from flows.evaluate import load_store
+
+    db = load_store(
+        args.eval / "hotpotqa-100.corpus.jsonl", Path(tempfile.mkdtemp(prefix="citeflow-models-"))
+    )
+    questions = [q.question for q in load_questions(args.eval / "hotpotqa-100.questions.jsonl", args.limit)]
     with ModelServer(ScriptedModel()) as server:
         every_role = {"defaults.base_url": server.url, "defaults.model": "scripted"}
         results = run_questions(questions, db, every_role)

@@ -79,8 +79,13 @@ class Caps(BaseModel):
 
     subquestions_min: int = Field(3, ge=1, description="The planner aims for at least this many.")
     subquestions_max: int = Field(5, ge=1, le=20, description="Sub-questions beyond this are dropped.")
+    followups_max: int = Field(
+        5, ge=0, le=5, description="Follow-up sub-questions of the second research round; 0 turns it off."
+    )
     pages_per_search: int = Field(4, ge=1, le=20, description="Search results read per sub-question.")
-    pages_verified_max: int = Field(16, ge=1, description="Distinct pages whose claims a run verifies.")
+    pages_verified_max: int = Field(
+        16, ge=1, description="Distinct pages whose claims a research round verifies (each of the two)."
+    )
     claims_per_page: int = Field(3, ge=1, le=20, description="Claims proposed from one page.")
     revisions_max: int = Field(2, ge=0, le=2, description="Synthesiser revisions after a critique.")
     token_budget: int = Field(200_000, ge=0, description="Model tokens (prompt + completion) per run.")

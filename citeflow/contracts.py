@@ -177,7 +177,11 @@ class Source(Record):
 class DraftSentence(Record):
     text: str
     cites: list[str] = Field(default_factory=list, description="Source ids, e.g. ['S1', 'S3'].")
-    section: str = Field(default="", description="Sub-question id the sentence answers; '' for the summary.")
+    section: str = Field(
+        default="",
+        description="Sub-question id the sentence supports; '' for the answer, which the report prints "
+        "first. A draft with no '' sentence says the evidence does not answer the question.",
+    )
 
 
 class Draft(Record):
@@ -283,6 +287,10 @@ class Report(Record):
     run_id: str
     question: str
     status: RunStatus
+    answered: bool = Field(
+        description="Whether the report opens with a cited answer; False when the verified evidence does "
+        "not answer the question (the report then says so first and cites what it found as related)."
+    )
     markdown: str
     report_path: str | None = None
     sources: list[Source]

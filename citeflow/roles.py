@@ -102,6 +102,13 @@ class Planner(Protocol):
         """Split the question into at most `max_subquestions` sub-questions (ids q1, q2, ...)."""
         ...
 
+    def follow_up(self, evidence: SynthesisInput, limit: int) -> list[SubQuestion]:
+        """At most `limit` sub-questions for a second research round, about what the verified claims of
+        the first (`evidence`) lead to that the question still needs: "born in Hiroshima" leads to a
+        sub-question about Hiroshima when the question asks about the birthplace. tasks/planner.py
+        numbers them and enforces the limit."""
+        ...
+
 
 class ClaimExtractor(Protocol):
     def extract(self, subquestion: SubQuestion, page: Page, limit: int) -> list[ClaimDraft]:

@@ -208,19 +208,25 @@ def content_words(text: str) -> list[str]:
     return [word for word in words(text) if word not in STOPWORDS]
 
 
-_SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ed", "ers", "er", "es", "s", "ly")
+_SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ed", "ers", "er", "ies", "es", "s", "ly")
+# "-es" is a suffix of its own only after a hiss ("boxes", "churches"); elsewhere only its "s" is
+# ("games" -> "game"), and "-ies" was a "y" ("stories" -> "story").
+_HISSES = ("s", "x", "z", "ch", "sh")
 _STEM_CHARS = 5
 
 
 def stem(word: str) -> str:
     """A crude stem for matching only: suffix stripped, then the first five letters.
 
-    "featuring"/"features" -> "featu", "starred"/"star" -> "star", and even the misspelt
-    "sponsered" meets "sponsored". Never shown to anyone; used to rank sentences against a query.
+    "featuring"/"features" -> "featu", "starred"/"star" -> "star", "games"/"game" -> "game",
+    "stories"/"story" -> "story", and even the misspelt "sponsered" meets "sponsored". Never shown to
+    anyone; used to rank sentences against a query.
     """
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)]
+            if suffix == "es" and not word[:-2].endswith(_HISSES):
+                suffix = "s"
+            word = word[: -len(suffix)] + ("y" if suffix == "ies" else "")
             break
     if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz" and not word[-1].isdigit():
         word = word[:-1]  # "starr" (from "starred") -> "star"

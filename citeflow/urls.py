@@ -15,16 +15,18 @@ TRACKING_PARAMS = frozenset(
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def canonical_url(url: str) -> str:
+def canonical_url(url: str, keep_fragment: bool = False) -> str:
     """Lower-case scheme and host, no default port, no fragment, no tracking parameters.
 
     Paths are kept as written: servers may treat them case-sensitively. URLs that are not
-    http(s) (file:, local:) are returned with only the fragment removed.
+    http(s) (file:, local:) are returned with only the fragment removed. With `keep_fragment` (an
+    ingested record: "...#p10" is a paragraph of its own, not the page fetched again) the fragment stays.
     """
     parts = urlsplit(url.strip())
     scheme = parts.scheme.lower()
+    fragment = parts.fragment if keep_fragment else ""
     if scheme not in DEFAULT_PORTS:
-        return urlunsplit((scheme, parts.netloc, parts.path, parts.query, ""))
+        return urlunsplit((scheme, parts.netloc, parts.path, parts.query, fragment))
     host = (parts.hostname or "").lower()
     if ":" in host:  # IPv6 literal
         host = f"[{host}]"
@@ -40,4 +42,4 @@ def canonical_url(url: str) -> str:
             if not key.lower().startswith("utm_") and key.lower() not in TRACKING_PARAMS
         ]
     )
-    return urlunsplit((scheme, netloc, parts.path or "/", query, ""))
+    return urlunsplit((scheme, netloc, parts.path or "/", query, fragment))

@@ -156,6 +156,7 @@ def report_json(report: Report) -> dict[str, Any]:
     return {
         "run_id": report.run_id,
         "status": report.status.value,
+        "answered": report.answered,
         "report_path": report.report_path,
         "report": report.markdown,
         "sources": [{"id": s.id, "url": s.url, "title": s.title} for s in report.sources],

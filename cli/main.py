@@ -40,6 +40,7 @@ from cli.common import (  # noqa: E402 - Prefect's defaults must be set first
     store_path,
     supervised,
 )
+from cli.evaluate import evaluate  # noqa: E402
 from cli.topics import topics_app  # noqa: E402
 
 app = typer.Typer(
@@ -48,6 +49,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(topics_app, name="topics")
+app.command("eval")(evaluate)
 
 
 @app.command()

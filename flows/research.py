@@ -45,11 +45,13 @@ from tasks.caching import fresh
 from tasks.changes import Changes, changes_since_last_run
 from tasks.context import RunContext, open_run_context
 from tasks.finish import finish_task, slug
-from tasks.planner import plan_task
+from tasks.planner import follow_up_task, plan_task
 from tasks.researcher import Researched, record_research, research_task
 from tasks.verifier import select_pages, verify_task
 from tasks.writer import Review, TaskSteps, write_report
 
+# The roles whose tokens each stage's metrics count; a role's tokens are counted once, so the planner's
+# follow-up calls are in "plan".
 STAGE_ROLES = {
     "plan": ("planner", "query_writer"),
     "verify": ("verifier",),
@@ -132,6 +134,52 @@ def settled(
     return results
 
 
+def research_round(
+    run: RunContext, subquestions: list[SubQuestion], refresh: bool
+) -> tuple[list[Researched], list[tuple[str, str]], int]:
+    """Search and fetch for each sub-question (mapped tasks), record what was found, and choose the
+    pages to verify: (what each researcher found, (page id, sub-question id) pairs, pages found)."""
+    logger = get_run_logger()
+    researcher = fresh(research_task, refresh).with_options(
+        cache_expiration=timedelta(hours=run.settings.web.freshness_hours)
+    )
+    researched: list[Researched] = settled(
+        run, "research", researcher.map(subquestions), [s.id for s in subquestions]
+    )
+    with run.store.session():
+        for one in researched:
+            record_research(run.store, run.run_id, one)
+    for one in researched:
+        logger.info("research %s", one.summary)
+    pages, found = select_pages(
+        [source for one in researched for source in one.sources], run.settings.caps.pages_verified_max
+    )
+    return researched, pages, found
+
+
+def verify_round(
+    run: RunContext,
+    by_id: dict[str, SubQuestion],
+    pages: list[tuple[str, str]],
+    first_number: int,
+    refresh: bool,
+    metrics: StageMetrics,
+    degraded: list[Degradation],
+) -> None:
+    """Verify each chosen page for its sub-question (mapped tasks, claim ids C<first_number>... on) and
+    store the claims, verified and rejected, with the round's fallbacks."""
+    verifying = [
+        fresh(verify_task, refresh).submit(by_id[subquestion_id], page_id, f"C{n}")
+        for n, (page_id, subquestion_id) in enumerate(pages, start=first_number)
+    ]
+    checked: list[list[Claim]] = settled(run, "verify", verifying, [sub_id for _, sub_id in pages])
+    claims = [claim.model_copy(update={"run_id": run.run_id}) for page in checked for claim in page]
+    with run.store.session():
+        run.store.add_claims(claims)
+        record_degradations(run, metrics, degraded)
+    metrics.claims_rejected += sum(claim.status is ClaimStatus.rejected for claim in claims)
+
+
 def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Report, Changes | None]:
     """The stages in order; the report, and for a recurring topic what changed since its last run."""
     started = time.perf_counter()
@@ -155,48 +203,56 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
     update_progress_artifact(progress, 10.0)
 
     with clock.stage("research") as metrics:
-        researcher = fresh(research_task, refresh).with_options(
-            cache_expiration=timedelta(hours=run.settings.web.freshness_hours)
-        )
-        researched: list[Researched] = settled(
-            run, "research", researcher.map(subquestions), [s.id for s in subquestions]
-        )
-        with store.session():
-            for one in researched:
-                record_research(store, run_id, one)
-        for one in researched:
-            logger.info("research %s", one.summary)
-        pages, pages_found = select_pages(
-            [source for one in researched for source in one.sources], caps.pages_verified_max
-        )
+        researched, pages, pages_found = research_round(run, subquestions, refresh)
         metrics.pages = pages_found
+    pages_verified = len({page_id for page_id, _ in pages})
+    logger.info("research: %d distinct pages found, %d to verify", pages_found, pages_verified)
+    update_progress_artifact(progress, 35.0)
+
+    by_id = {sub.id: sub for sub in subquestions}
+    with clock.stage("verify") as metrics:
+        verify_round(run, by_id, pages, 1, refresh, metrics, degraded)
+        with store.session():
+            numbered = store.number_sources(run_id)
+            claims = store.claims(run_id, ClaimStatus.verified)
+        metrics.pages = pages_verified
+        metrics.claims_verified = len(claims)
+    logger.info("verify: %d claims verified, %d rejected", metrics.claims_verified, metrics.claims_rejected)
+    update_progress_artifact(progress, 55.0)
+
+    # Second round: follow-up sub-questions about what the verified claims lead to (a bridge entity the
+    # question's relation still needs), researched and verified like the first round's.
+    with clock.stage("follow-up") as metrics:
+        followups: list[SubQuestion] = []
+        if claims and caps.followups_max:
+            evidence = SynthesisInput(
+                question=run.question, subquestions=subquestions, claims=claims, sources=numbered
+            )
+            asked = fresh(follow_up_task, refresh).submit(evidence)
+            [followups] = settled(run, "follow-up", [asked], [None]) or [[]]
+        with store.session():
+            store.add_subquestions(run_id, followups)
+            record_degradations(run, metrics, degraded)
+        if followups:
+            logger.info("follow-up: %s", " | ".join(s.text for s in followups))
+            more_researched, more, found_more = research_round(run, followups, refresh)
+            researched += more_researched
+            by_id |= {sub.id: sub for sub in followups}
+            first_round = len(claims)
+            verify_round(run, by_id, more, len(pages) + 1, refresh, metrics, degraded)
+            subquestions = [*subquestions, *followups]
+            with store.session():
+                numbered = store.number_sources(run_id)
+                claims = store.claims(run_id, ClaimStatus.verified)
+            pages_found += found_more
+            pages_verified += len({page_id for page_id, _ in more})
+            metrics.pages = len(more)
+            metrics.claims_verified = len(claims) - first_round
     create_table_artifact(
         table=[{"subquestion": one.subquestion_id, **one.counts} for one in researched],
         key=f"research-{artifact_key}",
         description=f"Pages fetched, read from the store, skipped and failed per sub-question, run {run_id}",
     )
-    pages_verified = len({page_id for page_id, _ in pages})
-    logger.info("research: %d distinct pages found, %d to verify", pages_found, pages_verified)
-    update_progress_artifact(progress, 40.0)
-
-    by_id = {sub.id: sub for sub in subquestions}
-    with clock.stage("verify") as metrics:
-        verifying = [
-            fresh(verify_task, refresh).submit(by_id[subquestion_id], page_id, f"C{n}")
-            for n, (page_id, subquestion_id) in enumerate(pages, start=1)
-        ]
-        checked: list[list[Claim]] = settled(run, "verify", verifying, [sub_id for _, sub_id in pages])
-        with store.session():
-            store.add_claims(
-                [claim.model_copy(update={"run_id": run_id}) for page in checked for claim in page]
-            )
-            record_degradations(run, metrics, degraded)
-            numbered = store.number_sources(run_id)
-            claims = store.claims(run_id, ClaimStatus.verified)
-            metrics.claims_rejected = len(store.claims(run_id, ClaimStatus.rejected))
-        metrics.pages = pages_verified
-        metrics.claims_verified = len(claims)
-    logger.info("verify: %d claims verified, %d rejected", metrics.claims_verified, metrics.claims_rejected)
     update_progress_artifact(progress, 70.0)
 
     review: Review | None = None

@@ -76,5 +76,20 @@ def number_sources(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[Source]:
     return sources
 
 
+def renumber_sources(cur: duckdb.DuckDBPyConnection, run_id: str, numbers: dict[str, str]) -> None:
+    """Replace each source id of the run (old -> new) in claims and run_sources."""
+    for table in ("claims", "run_sources"):
+        # Through a prefix no id has, so that S2 -> S1 never meets the S1 -> S2 of the same pass.
+        cur.execute(
+            f"UPDATE {table} SET source_id = '~' || source_id WHERE run_id = ? AND source_id IS NOT NULL",
+            [run_id],
+        )
+        for old, new in numbers.items():
+            cur.execute(
+                f"UPDATE {table} SET source_id = ? WHERE run_id = ? AND source_id = ?",
+                [new, run_id, f"~{old}"],
+            )
+
+
 def add_sentences(cur: duckdb.DuckDBPyConnection, sentences: list[ReportSentence]) -> None:
     insert(cur, "report_sentences", sentences)

@@ -12,6 +12,7 @@ many records were cut: one huge record would otherwise slow every later run that
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -107,11 +108,13 @@ def parse_html_file(path: Path) -> list[PageInput]:
 
 
 def parse_jsonl_file(path: Path) -> list[PageInput]:
-    """One page per line {"url", "title", "text"}; other keys are ignored. Blank lines are allowed.
+    """One page per line {"url", "title", "text"} and an optional "id"; other keys are ignored. Blank
+    lines are allowed.
 
     A malformed line stops the ingest: a corpus that loads partly would silently lose records.
     """
     pages: list[PageInput] = []
+    ids: list[str | None] = []
     # Split on \n alone: str.splitlines also splits at U+2028, U+0085 and others a JSON string may hold.
     for number, line in enumerate(read_text(path).split("\n"), start=1):
         if not line.strip():
@@ -141,9 +144,22 @@ def parse_jsonl_file(path: Path) -> list[PageInput]:
                 origin=Origin.ingested,
             )
         )
+        ids.append(str(record["id"]) if isinstance(record.get("id"), str | int) else None)
     if not pages:
         raise Skip("the file has no records")
-    return pages
+    return distinct_records(pages, ids)
+
+
+def distinct_records(pages: list[PageInput], ids: list[str | None]) -> list[PageInput]:
+    """Records of one file that share a URL but have ids of their own are distinct pages, not versions of
+    one: each such URL gets its record's id as fragment (the store keeps an ingested page's fragment)."""
+    shared = {url for url, count in Counter(page.url for page in pages).items() if count > 1}
+    return [
+        page.model_copy(update={"url": f"{page.url}#{record_id}"})
+        if page.url in shared and record_id and "#" not in page.url
+        else page
+        for page, record_id in zip(pages, ids, strict=True)
+    ]
 
 
 def _check_encodable(value: str, field: str, where: str, failed: str) -> None:

@@ -12,7 +12,7 @@ from enum import StrEnum
 import duckdb
 from pydantic import BaseModel
 
-from citeflow.contracts import Page, PageInput
+from citeflow.contracts import Origin, Page, PageInput
 from citeflow.urls import canonical_url
 from storage.rows import as_utc, columns, select, to_column, utc_now
 
@@ -77,7 +77,8 @@ def put(
     prepared = []
     for page in pages:
         text = page.text if max_chars is None else page.text[:max_chars]
-        canonical = canonical_url(page.url)
+        # An ingested record's fragment names a part of a document (#p10): a page of its own.
+        canonical = canonical_url(page.url, keep_fragment=page.origin is Origin.ingested)
         text_hash = content_hash(text)
         prepared.append((page, text, canonical, text_hash, page_id(canonical, text_hash)))
     stored = {

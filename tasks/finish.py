@@ -1,5 +1,7 @@
 """Finish: the report in Markdown with its bibliography, and what failed or is missing, plainly.
 
+The report opens with its answer (the draft's "" section) or, when the evidence does not answer, with a
+sentence that says so; sources are numbered in the order the report first cites them, in the store too.
 Every piece of text placed in the Markdown passes through `for_markdown`: a question, a page title or a
 quote may hold HTML, and a Markdown viewer would render it. A failed run writes no report file; its
 runs row keeps the Markdown that says why.
@@ -8,8 +10,10 @@ runs row keeps the Markdown that says why.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -17,6 +21,8 @@ from prefect.cache_policies import NO_CACHE
 
 from citeflow.contracts import (
     Claim,
+    Draft,
+    DraftSentence,
     Report,
     ReportSentence,
     RunError,
@@ -44,6 +50,20 @@ def slug(text: str, limit: int = 48) -> str:
     return "-".join(words)[:limit].strip("-") or "question"
 
 
+NOT_FOUND = (
+    "The verified evidence does not answer this question. What was found is listed below as related "
+    "evidence only, not as an answer."
+)
+NOT_FOUND_CAVEAT = (
+    "The verified evidence does not answer the question; the report cites related evidence only."
+)
+
+
+def answers(review: Review | None) -> bool:
+    """Whether the report opens with an answer: a kept sentence of the answer section ("")."""
+    return review is not None and any(sentence.section == "" for sentence in review.kept)
+
+
 def caveats_for(
     subquestions: list[SubQuestion],
     claims: list[Claim],
@@ -58,12 +78,17 @@ def caveats_for(
         caveats.append(
             f"Only {pages_verified} of the {pages_found} pages found were verified (the per-run cap)."
         )
-    answered = {claim.subquestion_id for claim in claims}
-    caveats += [
-        f'No verified evidence was found for "{shortened(sub.text, SUBQUESTION_SHOWN_CHARS)}".'
-        for sub in subquestions
-        if sub.id not in answered
-    ]
+    if not answers(review):
+        if review is not None and review.kept:
+            caveats.append(NOT_FOUND_CAVEAT)
+        # Only a report that does not answer misses what the unanswered sub-questions asked; for one that
+        # answers they were leads that went nowhere (a follow-up about a name that had no page).
+        found = {claim.subquestion_id for claim in claims}
+        caveats += [
+            f'No verified evidence was found for "{shortened(sub.text, SUBQUESTION_SHOWN_CHARS)}".'
+            for sub in subquestions
+            if sub.id not in found
+        ]
     if review is not None and review.removed:
         checks = sorted({reason.split(":")[0] for reason in review.removed.values()})
         caveats.append(
@@ -93,6 +118,53 @@ def run_status(review: Review | None, caveats: list[str]) -> RunStatus:
     return RunStatus.partial if caveats else RunStatus.complete
 
 
+Sentence = TypeVar("Sentence", DraftSentence, ReportSentence)
+
+
+def reading_order(sentences: list[Sentence], subquestions: list[SubQuestion]) -> list[Sentence]:
+    """The answer ("" section) first, then each sub-question's sentences in plan order; a section no
+    sub-question has comes last. Within a section the draft's order holds."""
+    rank = {"": -1} | {sub.id: sub.position for sub in subquestions}
+    return sorted(sentences, key=lambda sentence: rank.get(sentence.section, len(rank)))
+
+
+def first_cited_numbers(cited_in_order: list[DraftSentence], sources: list[Source]) -> dict[str, str]:
+    """Old source id -> new: S1, S2, ... in the order the report first cites them, with no gaps; the
+    sources it never cites are numbered after those, in their old order."""
+    order = list(dict.fromkeys(cite for sentence in cited_in_order for cite in sentence.cites))
+    known = {source.id for source in sources}
+    order = [cite for cite in order if cite in known] + [s.id for s in sources if s.id not in order]
+    return {old: f"S{number}" for number, old in enumerate(order, start=1)}
+
+
+def renumbered(
+    review: Review, sources: list[Source], claims: list[Claim], numbers: dict[str, str]
+) -> tuple[Review, list[Source], list[Claim]]:
+    """The review, sources and claims with every source id replaced by its new number."""
+    draft = Draft(
+        sentences=[
+            sentence.model_copy(update={"cites": [numbers.get(cite, cite) for cite in sentence.cites]})
+            for sentence in review.draft.sentences
+        ]
+    )
+    sources = sorted(
+        (source.model_copy(update={"id": numbers[source.id]}) for source in sources),
+        key=lambda source: int(source.id[1:]),
+    )
+    claims = [
+        claim.model_copy(update={"source_id": numbers.get(claim.source_id, claim.source_id)})
+        if claim.source_id
+        else claim
+        for claim in claims
+    ]
+    return replace(review, draft=draft), sources, claims
+
+
+def _shown(sentence: DraftSentence) -> str:
+    # Quotes keep the page's line breaks; the report shows each claim on one line.
+    return f"{md(' '.join(sentence.text.split()))} {''.join(f'[{cite}]' for cite in sentence.cites)}".strip()
+
+
 def render_markdown(
     question: str,
     engine_name: str,
@@ -103,8 +175,10 @@ def render_markdown(
     caveats: list[str],
     changes: list[str] | None = None,
 ) -> str:
-    """The report: the answer by section, then (for a recurring topic) what changed since its last run,
-    the caveats, and the sources cited. Text from pages, questions and models is escaped (md)."""
+    """The answer first, then the sentences that support it; or, when the evidence does not answer,
+    a first sentence that says so and the related evidence. Then (for a recurring topic) what changed
+    since its last run, the caveats and the cited sources. Text from pages, questions and models is
+    escaped (md)."""
     lines = [f"# {md(question)}", ""]
     how = (
         "extractively, from verified quotes (no language model)"
@@ -112,24 +186,22 @@ def render_markdown(
         else (f"by {md(engine_name)}, from verified quotes")
     )
     lines += [f"*Written {how}. Status: **{status.value}**.*", ""]
-    if review is None or not review.kept:
+    kept = reading_order(review.kept, subquestions) if review is not None else []
+    answer = [sentence for sentence in kept if sentence.section == ""]
+    rest = [sentence for sentence in kept if sentence.section != ""]
+    if not kept:
         lines += ["No report could be written: no claim was verified against a fetched page.", ""]
+    elif answer:
+        lines += [" ".join(_shown(sentence) for sentence in answer), ""]
     else:
-        for sub in subquestions:
-            section = [sentence for sentence in review.kept if sentence.section == sub.id]
-            if not section:
-                continue
-            lines += [f"## {md(sub.text)}", ""]
-            # Quotes keep the page's line breaks; the report shows each claim as one line.
-            lines += [
-                f"- {md(' '.join(sentence.text.split()))} {''.join(f'[{cite}]' for cite in sentence.cites)}"
-                for sentence in section
-            ]
-            lines.append("")
+        lines += [NOT_FOUND, ""]
+    if rest:
+        lines += ["## Supporting evidence" if answer else "## Related evidence", ""]
+        lines += [f"- {_shown(sentence)}" for sentence in rest] + [""]
     lines += changes or []
     if caveats:
         lines += ["## Caveats", ""] + [f"- {md(caveat)}" for caveat in caveats] + [""]
-    cited = {cite for sentence in (review.kept if review else []) for cite in sentence.cites}
+    cited = {cite for sentence in kept for cite in sentence.cites}
     listed = [source for source in sources if source.id in cited]
     if listed:
         lines += ["## Sources", ""]
@@ -194,15 +266,20 @@ def finish(
         for error in store.errors(run_id)
         if not error.stage.endswith(FALLBACK_STAGE_SUFFIX)
     ]
+    if review is not None:
+        numbers = first_cited_numbers(reading_order(review.kept, subquestions), sources)
+        review, sources, claims = renumbered(review, sources, claims, numbers)
+        store.renumber_sources(run_id, numbers)
     caveats = caveats_for(subquestions, claims, review, errors + model_caveats, pages_found, pages_verified)
     status = run_status(review, caveats)
     sentences = report_sentences(run_id, review)
-    kept = [sentence for sentence in sentences if sentence.status is SentenceStatus.kept]
+    kept = reading_order([s for s in sentences if s.status is SentenceStatus.kept], subquestions)
     cited = {cite for sentence in kept for cite in sentence.cites}
     report = Report(
         run_id=run_id,
         question=question,
         status=status,
+        answered=answers(review),
         markdown="",
         sources=[source for source in sources if source.id in cited],
         claims=[claim for claim in claims if claim.source_id in cited],  # only claims it lists sources of

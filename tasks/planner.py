@@ -13,7 +13,7 @@ from typing import Any
 
 from prefect import task
 
-from citeflow.contracts import Outcome, SubQuestion
+from citeflow.contracts import Outcome, SubQuestion, SynthesisInput
 from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
 from citeflow.roles import Engine
@@ -135,3 +135,73 @@ def record_plan_fallback(
             "beside the question; the extractive planner's filled the plan."
         )
     engine.degradations.add("planner", "plan", reason, short)
+
+
+def enforce_follow_ups(
+    existing: list[SubQuestion], proposed: list[SubQuestion], limit: int
+) -> list[SubQuestion]:
+    """Whatever a planner proposed for the second round: drop empty ones and those whose query repeats
+    any sub-question's, cap at `limit`, number them on from the plan (q4, q5, ... after q3)."""
+    seen = {normalise(sub.query).casefold() for sub in existing}
+    kept: list[SubQuestion] = []
+    for sub in proposed:
+        text, query = sub.text.strip(), (sub.query.strip() or sub.text.strip())
+        key = normalise(query).casefold()
+        if not text or key in seen or len(kept) == limit:
+            continue
+        seen.add(key)
+        position = len(existing) + len(kept)
+        kept.append(SubQuestion(id=f"q{position + 1}", position=position, text=text, query=query))
+    return kept
+
+
+def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) -> list[SubQuestion]:
+    """The second round's sub-questions, from what the first round verified (`evidence`). A model
+    planner that cannot answer is replaced by the fallback planner's rules for this call, recorded."""
+    if limit < 1:
+        return []
+    try:
+        proposed = engine.planner.follow_up(evidence, limit)
+    except DegradableError as error:
+        if engine.fallback is None:
+            raise
+        proposed = engine.fallback.planner.follow_up(evidence, limit)
+        engine.degradations.add(
+            "planner",
+            "follow-up",
+            str(error),
+            f"The planner model's follow-up questions were unusable ({error.what}); the extractive "
+            "planner's were asked.",
+        )
+        step.outcome = Outcome.degraded
+    followups = enforce_follow_ups(evidence.subquestions, proposed, limit)
+    step.detail = f"{len(followups)} follow-up sub-questions"
+    return followups
+
+
+def _follow_up_key(inputs: dict[str, Any]) -> list[Any]:
+    """What the planner is shown (the run id each claim carries is not part of it), who plays it and
+    the limit."""
+    settings = current_run().settings
+    evidence: SynthesisInput = inputs["evidence"]
+    return [
+        evidence.model_dump(mode="json", exclude={"claims": {"__all__": {"run_id"}}}),
+        role_identity(settings, RoleName.planner),
+        settings.caps.followups_max,
+    ]
+
+
+@task(
+    name="follow-up",
+    retries=1,
+    retry_delay_seconds=2,
+    retry_condition_fn=not_rejected,
+    cache_policy=StageKey(stage="follow-up", parts=_follow_up_key),
+)
+def follow_up_task(evidence: SynthesisInput) -> list[SubQuestion]:
+    run = current_run()
+    with (
+        traced(run.store, run.run_id, "follow-up", run.engine.name) as step,
+        cached_unless_degraded(run.models.degradations),
+    ):
+        return follow_up(run.engine, evidence, run.settings.caps.followups_max, step)

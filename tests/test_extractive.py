@@ -22,13 +22,8 @@ from citeflow.contracts import (
     SubQuestion,
     SynthesisInput,
 )
-from citeflow.extractive import (
-    ExtractiveExtractor,
-    ExtractivePlanner,
-    extractive_engine,
-    key_phrases,
-    name_spans,
-)
+from citeflow.extractive import ExtractiveExtractor, ExtractivePlanner, extractive_engine
+from citeflow.questions import key_phrases, name_spans
 from citeflow.text import content_words, normalise
 from citeflow.verify import verify_drafts
 
@@ -122,7 +117,7 @@ def test_entities_get_their_own_query_and_conjunctions_are_split() -> None:
         "Collective Soul",
         "Counting Crows",
     ]
-    assert plan[1].text == "What does the evidence say about Ed Roland?"
+    assert plan[1].text == "What is known about Ed Roland?"
 
 
 def test_quoted_titles_and_years_are_entities() -> None:
@@ -136,11 +131,17 @@ def test_no_padding_when_the_question_names_one_thing() -> None:
     plan = PLANNER.plan(
         "What language were books being translated into during the era of Haymo of Faversham?", 5
     )
-    # No "What about Haymo of Faversham?" nor "What about the era?" (its one key phrase): their queries
-    # would repeat the question's. What is left once the name is taken out is a search of its own
-    # (the page that links to the named one).
-    assert [sub.query for sub in plan[1:]] == ["language books translated era"]
+    # No "What is known about Haymo of Faversham?" nor about "the era" (its one key phrase): their queries
+    # would repeat the question's. The page that links to the named one is the second round's to find.
+    assert len(plan) == 1
     assert PLANNER.plan("What is it?", 5) == PLANNER.plan("What is it?", 1)
+
+
+def test_sub_questions_read_as_questions_a_person_would_ask(eval_questions: list[str]) -> None:
+    for question in eval_questions:
+        for sub in PLANNER.plan(question, 5)[1:]:
+            assert sub.text.endswith("?") and sub.text[0].isupper(), sub.text
+            assert "other terms" not in sub.text and "evidence say" not in sub.text, sub.text
 
 
 QUICKSTART = "How does citeflow check that a quote appears on a page?"
@@ -152,7 +153,7 @@ def test_an_entity_free_question_gets_its_subject_and_key_phrases_as_sub_questio
         (QUICKSTART, QUICKSTART),
         ("What is citeflow?", "citeflow"),
         # The phrase and the question's other words, minus the other phrases (citeflow, page).
-        ("What does the evidence say about a quote?", "quote check appears"),
+        ("What is known about a quote?", "quote check appears"),
     ]
     # Facets fill the plan up to the planner's minimum, and the cap still holds.
     assert len(PLANNER.plan(QUICKSTART, 2)) == 2
@@ -302,11 +303,11 @@ def test_extractor_gives_nothing_for_an_unrelated_page() -> None:
 
 SUBQUESTIONS = [
     SubQuestion(id="q1", position=0, text="Q?", query="Q"),
-    SubQuestion(id="q2", position=1, text="About Nolan?", query="Nolan"),
+    SubQuestion(id="q2", position=1, text="What is known about Christopher Nolan?", query="Nolan"),
 ]
 
 
-def verified(claim_id: str, subquestion_id: str, text: str, source_id: str) -> Claim:
+def verified(claim_id: str, subquestion_id: str, text: str, source_id: str, start: int = 0) -> Claim:
     return Claim(
         id=claim_id,
         run_id="run",
@@ -315,8 +316,8 @@ def verified(claim_id: str, subquestion_id: str, text: str, source_id: str) -> C
         page_hash="h",
         text=text,
         quote=text,
-        quote_start=0,
-        quote_end=len(text),
+        quote_start=start,
+        quote_end=start + len(text),
         status=ClaimStatus.verified,
         source_id=source_id,
     )
@@ -327,46 +328,46 @@ CLAIMS = [
         "C2.1", "q2", "Christopher Nolan (born 30 July 1970) is an English-American film director.", "S1"
     ),
     verified("C1.1", "q1", "Sathish Kalathil is an Indian film and documentary director and producer.", "S2"),
-    # The same sentence as C1.1 on a mirror page: written once only.
+    # The same sentence on a mirror page: written once only.
     verified("C1.2", "q1", "Sathish Kalathil is an Indian film and documentary director and producer.", "S3"),
-    verified("C2.2", "q2", "Nolan's films have grossed over $4.7 billion worldwide.", "S1"),
+    verified("C2.2", "q2", "Nolan's films have grossed over $4.7 billion worldwide.", "S1", 80),
 ]
 SOURCES = [
     Source(
         id=f"S{n}",
         page_id=f"page-S{n}",
         url=f"https://example.org/{n}",
-        title="t",
+        title=title,
         stored_at=datetime(2024, 1, 1, tzinfo=UTC),
     )
-    for n in (1, 2, 3)
+    for n, title in ((1, "Christopher Nolan"), (2, "Sathish Kalathil"), (3, "Sathish Kalathil (mirror)"))
 ]
+BOTH = "Are Christopher Nolan and Sathish Kalathil both film directors?"
 
 
 def request(**update: object) -> SynthesisInput:
-    base = SynthesisInput(question="Q?", subquestions=SUBQUESTIONS, claims=CLAIMS, sources=SOURCES)
+    base = SynthesisInput(question=BOTH, subquestions=SUBQUESTIONS, claims=CLAIMS, sources=SOURCES)
     return base.model_copy(update=update)
 
 
-def test_synthesiser_writes_claims_by_section_and_passes_the_mechanical_critique() -> None:
+def test_synthesiser_answers_first_and_passes_the_mechanical_critique() -> None:
     engine = extractive_engine()
     draft = engine.synthesiser.write(request())
+    # A verdict, then the claim of each side's own page that decides it; nothing else.
     assert [(s.section, s.cites, s.text) for s in draft.sentences] == [
-        ("q1", ["S2"], CLAIMS[1].text),
-        ("q2", ["S1"], CLAIMS[0].text),
-        ("q2", ["S1"], CLAIMS[3].text),
+        ("", [], "The answer is yes."),
+        ("", ["S1"], CLAIMS[0].text),
+        ("", ["S2"], CLAIMS[1].text),
     ]
-    assert {s.text for s in draft.sentences} <= {c.text for c in CLAIMS}
     critique = engine.critic.review(request(), draft)
     assert critique == mechanical_critique(draft, CLAIMS)
     assert critique.approved
 
 
-def test_synthesiser_drops_near_duplicates_across_sections() -> None:
-    echo = verified("C2.3", "q2", "Sathish Kalathil is an Indian film director and producer.", "S2")
-    draft = extractive_engine().synthesiser.write(request(claims=[*CLAIMS, echo]))
-    assert echo.text not in [s.text for s in draft.sentences]
-    assert len(draft.sentences) == 3
+def test_synthesiser_says_nothing_is_an_answer_when_a_side_has_no_page() -> None:
+    draft = extractive_engine().synthesiser.write(request(claims=CLAIMS[1:3]))
+    assert all(sentence.section != "" for sentence in draft.sentences)
+    assert [s.text for s in draft.sentences] == [CLAIMS[1].text]  # related evidence, written once
 
 
 def test_synthesiser_skips_rejected_and_unnumbered_claims() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from citeflow.contracts import (
     RunError,
     SentenceCheck,
     SentenceProblem,
+    Source,
     SubQuestion,
     SynthesisInput,
 )
@@ -214,6 +216,13 @@ def test_a_long_page_is_read_in_windows_best_first(store: EvidenceStore) -> None
     assert page_windows(TEXT, 600, SUB.query, 2) == [TEXT]
 
 
+SOURCE = Source(
+    id="S1",
+    page_id="p1",
+    url="https://example.org/acme",
+    title="Acme Corp",
+    stored_at=datetime(2024, 1, 1, tzinfo=UTC),
+)
 REQUEST = SynthesisInput(
     question=QUESTION,
     subquestions=[SUB],
@@ -225,7 +234,7 @@ REQUEST = SynthesisInput(
             source_id="S1",
         )
     ],
-    sources=[],
+    sources=[SOURCE],
 )  # fmt: skip
 
 
@@ -277,7 +286,10 @@ def test_claims_a_model_report_leaves_unreported_get_their_extractive_sentences(
     second = REQUEST.claims[0].model_copy(
         update={"id": "C2.1", "source_id": "S2", "text": anvils, "quote": anvils}
     )
-    request = REQUEST.model_copy(update={"claims": [*REQUEST.claims, second]})
+    products = SOURCE.model_copy(update={"id": "S2", "page_id": "p2", "title": "Acme Corp products"})
+    request = REQUEST.model_copy(
+        update={"claims": [*REQUEST.claims, second], "sources": [*REQUEST.sources, products]}
+    )
 
     class OneSentence:
         def write(self, request: SynthesisInput) -> Draft:

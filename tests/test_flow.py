@@ -47,8 +47,9 @@ def test_flow_writes_a_report_whose_every_citation_is_a_verified_quote(
     assert "extractively" in report.markdown
     assert Path(report.report_path or "").read_text(encoding="utf-8") == report.markdown
     stages = [stage.stage for stage in report.metrics.stages]
-    assert stages == ["plan", "research", "verify", "write"]
-    assert report.metrics.stages[2].claims_verified == len(store.claims(report.run_id, ClaimStatus.verified))
+    assert stages == ["plan", "research", "verify", "follow-up", "write"]
+    verified = report.metrics.stages[2].claims_verified + report.metrics.stages[3].claims_verified
+    assert verified == len(store.claims(report.run_id, ClaimStatus.verified))
     keys = asyncio.run(artifact_keys())
     slug = "how-does-citeflow-check-that-a-quote-appears-on"
     assert {f"report-{slug}", f"sources-{slug}", f"metrics-{slug}"} <= keys

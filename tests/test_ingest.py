@@ -251,3 +251,40 @@ def test_an_ingest_of_nothing_creates_no_store(tmp_path: Path) -> None:
     report = ingest_paths(EvidenceStore(path), [empty])
     assert (report.files, report.records) == (0, 0) and len(report.skipped) == 1
     assert not path.exists()
+
+
+def test_records_with_distinct_fragments_or_ids_are_distinct_searchable_pages(
+    store: EvidenceStore, tmp_path: Path
+) -> None:
+    import json
+
+    def record(url: str, text: str, record_id: str | None = None) -> str:
+        return json.dumps(
+            {"url": url, "title": "Basalt", "text": text} | ({"id": record_id} if record_id else {})
+        )
+
+    paragraphs = [
+        record("https://example.org/basalt#p1", "Basalt columns form when lava cools."),
+        record("https://example.org/basalt#p2", "The causeway has forty thousand columns."),
+        record("https://example.org/obsidian", "Obsidian forms when lava cools fast.", "ob-1"),
+        record("https://example.org/obsidian", "Obsidian was used for blades.", "ob-2"),
+    ]
+    report = ingest_paths(store, [write_jsonl(tmp_path / "corpus.jsonl", paragraphs)])
+
+    assert (report.new, report.changed) == (4, 0)
+    assert [row[0] for row in page_rows(store)] == [
+        "https://example.org/basalt#p1",
+        "https://example.org/basalt#p2",
+        "https://example.org/obsidian#ob-1",
+        "https://example.org/obsidian#ob-2",
+    ]
+    assert {result.url for result in LocalSearch(store).search("lava cools", 10)} == {
+        "https://example.org/basalt#p1",
+        "https://example.org/obsidian#ob-1",
+    }
+    # Only the same record again, changed, is a new version of a page.
+    paragraphs[1] = record("https://example.org/basalt#p2", "The causeway has about forty thousand columns.")
+    again = ingest_paths(store, [write_jsonl(tmp_path / "corpus.jsonl", paragraphs)])
+    assert (again.new, again.changed, again.unchanged) == (0, 1, 3)
+    [found] = [result for result in LocalSearch(store).search("causeway", 10)]
+    assert found.url.endswith("#p2") and "about forty thousand" in found.snippet  # the latest version only

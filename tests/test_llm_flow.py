@@ -388,7 +388,6 @@ def test_a_run_whose_every_model_reply_is_useless_ships_the_extractive_report(
     prefect_api: None, server: RoleServer, acme_db: Path, tmp_path: Path
 ) -> None:
     from cli.main import app
-
     from flows.research import research_flow
 
     server.handlers |= {
@@ -486,8 +485,9 @@ def test_replies_with_extra_keys_prose_and_fences_are_read_and_a_refused_max_tok
 def test_the_readme_citeflow_toml_runs_verbatim(
     prefect_api: None, acme_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cli.main import app
     from test_settings import readme_toml
+
+    from cli.main import app
 
     config = tmp_path / "citeflow.toml"
     config.write_text(readme_toml(), encoding="utf-8")

@@ -18,6 +18,7 @@ from citeflow.contracts import (
     Draft,
     DraftSentence,
     Origin,
+    Outcome,
     Page,
     PageInput,
     SentenceCheck,
@@ -34,7 +35,7 @@ from citeflow.llm.prompts import UNTRUSTED_RULE
 from citeflow.llm.roles import ModelEngine, build_engine
 from citeflow.llm.settings import Limits, ModelSettings, RoleConfig, RoleName
 from storage.store import EvidenceStore
-from tasks.planner import enforce_plan
+from tasks.planner import enforce_follow_ups, enforce_plan, follow_up
 from tasks.tracing import Step
 from tasks.verifier import verify_page
 from tasks.writer import EngineSteps, LoopEnd, critique, write_report
@@ -350,3 +351,26 @@ def test_sentences_answering_the_question_itself_are_the_summary_when_none_is(se
     )
     assert [s.section for s in models.engine.synthesiser.write(request).sentences] == ["", "q2"]
     assert [s.section for s in models.engine.synthesiser.write(request).sentences] == ["", "q1"]  # has one
+
+
+def test_planner_proposes_follow_ups_from_the_verified_claims(server: ScriptedServer) -> None:
+    models = engine_for(server, RoleName.planner)
+    server.enqueue(json_reply({"subquestions": [{"text": "Where is Ohio?", "query": "Ohio"}] * 4}))
+
+    followups = models.engine.planner.follow_up(REQUEST, 2)
+
+    assert [(s.text, s.query) for s in followups] == [("Where is Ohio?", "Ohio")] * 2  # the limit holds
+    assert role_of(server.requests[0]) == "planner"
+    assert CLAIM.quote in server.requests[0].prompt and "at most 2 follow-up" in server.requests[0].prompt
+
+
+def test_planner_follow_ups_degrade_to_the_extractive_rules(server: ScriptedServer) -> None:
+    models = engine_for(server, RoleName.planner)
+    server.default = Reply(status=500, error="boom")
+
+    step = Step()
+    followups = follow_up(models.engine, REQUEST, 3, step)
+
+    expected = enforce_follow_ups(REQUEST.subquestions, extractive_engine().planner.follow_up(REQUEST, 3), 3)
+    assert followups == expected and step.outcome is Outcome.degraded
+    assert [d.subject for d in models.degradations.drain()] == ["follow-up"]

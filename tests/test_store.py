@@ -224,6 +224,15 @@ def test_a_run_from_start_to_finish(store: EvidenceStore) -> None:
         (pc.id, "S1"),
     }
     assert [s.id for s in store.number_sources(run)] == ["S1", "S2"]  # renumbering is stable
+    # The report numbers sources by first citation: claims and run_sources follow it (S1 <-> S2 swap).
+    store.renumber_sources(run, {"S1": "S2", "S2": "S1"})
+    assert {c.id: c.source_id for c in store.claims(run)} == {"C1": "S1", "C2": None, "C3": "S2", "C10": "S1"}
+    assert {(rs.page_id, rs.source_id) for rs in store.run_sources(run)} == {
+        (pa.id, "S1"),
+        (pb.id, None),
+        (pc.id, "S2"),
+    }
+    store.renumber_sources(run, {"S1": "S2", "S2": "S1"})
 
     store.add_report_sentences(
         [

@@ -207,7 +207,15 @@ def test_numbers_and_names() -> None:
 
 @pytest.mark.parametrize(
     ("first", "second"),
-    [("featuring", "features"), ("starred", "star"), ("sponsered", "sponsored"), ("hosted", "host")],
+    [
+        ("featuring", "features"),
+        ("starred", "star"),
+        ("sponsered", "sponsored"),
+        ("hosted", "host"),
+        ("games", "game"),
+        ("stories", "story"),
+        ("boxes", "box"),
+    ],
 )
 def test_stem_joins_word_forms(first: str, second: str) -> None:
     assert stem(first) == stem(second)

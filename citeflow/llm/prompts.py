@@ -39,6 +39,12 @@ class PlanReply(BaseModel):
     subquestions: list[PlannedQuestion] = Field(min_length=1)
 
 
+class FollowUpReply(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    subquestions: list[PlannedQuestion] = Field(description="Empty when the claims need no follow-up.")
+
+
 class QueriesReply(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -81,6 +87,22 @@ def planner_messages(question: str, fewest: int, most: int) -> list[Message]:
         "about in full (no 'he', 'it' or 'they'), each with a short search query of names and key words."
     )
     return [_system(task, PlanReply), {"role": "user", "content": f"Question: {question}"}]
+
+
+def follow_up_messages(evidence: SynthesisInput, limit: int, max_chars: int = 1_000_000) -> list[Message]:
+    """The planner's follow-up prompt, showing as many claims as `max_chars` allows."""
+    task = (
+        f"You plan a second round of research. Propose at most {limit} follow-up sub-questions about "
+        "entities the verified claims name (a person, place, work, organisation) that the question still "
+        "needs: if a claim says someone was born in Hiroshima and the question asks about their "
+        "birthplace, ask about Hiroshima. Each sub-question reads as a question a person would ask, with "
+        "a search query that names the entity. Propose none when the claims already answer the question."
+    )
+    asked = "\n".join(f"{s.id}: {s.text}" for s in evidence.subquestions)
+    user = f"Question: {evidence.question}\n\nAlready asked:\n{asked}\n\nClaims:\n"
+    system = _system(task, FollowUpReply)
+    room = max_chars - len(system["content"]) - len(user) - 200
+    return [system, {"role": "user", "content": user + _evidence(evidence, room)}]
 
 
 def query_messages(question: str, subquestions: list[str]) -> list[Message]:
@@ -168,10 +190,12 @@ def synthesiser_messages(request: SynthesisInput, max_chars: int = 1_000_000) ->
         'cited claims say, mostly in their own words, and cites their source ids in `cites` (e.g. ["S1"]); '
         "use only the ids given, and cite a source only for what its claims say. Numbers and names must "
         "be copied from the claims; never add a 'not' they lack or drop one they have. Give each sentence "
-        "the id of the sub-question it answers as `section`. Open with one or two summary sentences whose "
-        '`section` is "": the answer to the question, in the words of the claims that give it, with their '
-        "cites. Where the claims do not answer a sub-question, leave it out rather than guess. Put ids only "
-        "in `cites`, never in `text`. Example reply: "
+        "the id of the sub-question it supports as `section`. Open with one or two sentences that answer "
+        "the question directly (yes or no, a name, a date, a number), in the words of the claims that "
+        'give it, with their cites, whose `section` is "". When the claims do not answer the question, '
+        'write no sentence with section "": the report then says the answer was not found and lists what '
+        "you write as related evidence. Where the claims do not answer a sub-question, leave it out rather "
+        "than guess. Put ids only in `cites`, never in `text`. Example reply: "
         '{"sentences": [{"text": "Jane Doe founded Acme Corp in 1947.", "cites": ["S1"], "section": ""}, '
         '{"text": "Acme Corp makes anvils and rockets.", "cites": ["S2"], "section": "q2"}]}'
     )

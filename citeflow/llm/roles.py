@@ -109,6 +109,17 @@ class ModelPlanner:
             for n, (p, query) in enumerate(zip(planned, queries, strict=True))
         ]
 
+    def follow_up(self, evidence: SynthesisInput, limit: int) -> list[SubQuestion]:
+        """The model's follow-up sub-questions; DegradableError when the reply was unusable (the stage,
+        tasks/planner.py, then asks the fallback planner's rules)."""
+        messages = prompts.follow_up_messages(evidence, limit, prompt_chars(self.client.config))
+        reply = self.client.structured(messages, prompts.FollowUpReply)
+        # Numbering, deduplication against the plan and the limit are tasks.planner.enforce_follow_ups'.
+        return [
+            SubQuestion(id=f"f{n}", position=n, text=p.text, query=p.query)
+            for n, p in enumerate(reply.subquestions[:limit])
+        ]
+
 
 class ModelVerifier:
     def __init__(self, client: RoleClient, page_chars: int) -> None:

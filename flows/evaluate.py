@@ -1,0 +1,171 @@
+"""The evaluation flow: a fresh store, every question a normal research run, scored only once it ended.
+
+Questions run concurrently (each a `research_flow` run, as `citeflow run` makes one) up to a limit. A run
+that crashes is recorded as an error and scores nothing; the others go on. With `unanswerable`, each
+question gets a store of its own holding the corpus minus that question's gold pages, so the right
+answer is a report that says the evidence does not answer it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_table_artifact
+from pydantic import BaseModel
+
+from citeflow.contracts import Report
+from citeflow.errors import CiteflowError
+from flows.research import research_flow
+from storage.ingest import ingest_paths
+from storage.store import get_store
+from tasks.audit import audit
+from tasks.evaluation import (
+    EvalQuestion,
+    QuestionResult,
+    Summary,
+    corpus_without,
+    failed,
+    score,
+    summarise,
+)
+from tasks.finish import slug
+
+
+class Evaluation(BaseModel):
+    summary: Summary
+    results: list[QuestionResult]
+
+
+def load_store(corpus: Path, folder: Path, without: set[str] | None = None) -> Path:
+    """A new evidence store in `folder` holding the corpus, minus the pages at `without` if given."""
+    folder.mkdir(parents=True, exist_ok=True)
+    source = corpus_without(corpus, without, folder / "corpus.jsonl") if without else corpus
+    db = folder / "evidence.duckdb"
+    ingest_paths(get_store(db), [source])
+    return db
+
+
+def run_question(
+    question: EvalQuestion,
+    db: Path,
+    reports: Path,
+    config: str | None,
+    settings: dict[str, Any],
+    expected_answered: bool,
+) -> QuestionResult:
+    """One question through the research flow, exactly as `citeflow run` sends it, then scored."""
+    started = time.perf_counter()
+    try:
+        state = research_flow(
+            question=question.question,
+            settings={**settings, "db": str(db), "reports": str(reports)},
+            config=config,
+            return_state=True,
+        )
+    except Exception as error:  # noqa: BLE001 - one question's crash is its result, never the whole eval's
+        # A run that fails inside the flow comes back as a state; this is one that could not start or
+        # finish at all (measured: the temporary Prefect server answering 503 under load).
+        return failed(
+            question, f"{type(error).__name__}: {error}", time.perf_counter() - started, expected_answered
+        )
+    seconds = time.perf_counter() - started
+    report = state.result(raise_on_failure=False)
+    if not isinstance(report, Report):
+        return failed(question, state.message or str(report), seconds, expected_answered)
+    store = get_store(db)
+    return score(question, report, store, audit(store, report), seconds, expected_answered)
+
+
+def unanswerable_question(
+    question: EvalQuestion,
+    corpus: Path,
+    folder: Path,
+    reports: Path,
+    config: str | None,
+    settings: dict[str, Any],
+) -> QuestionResult:
+    """The question against the corpus minus its own gold pages, in a store made for it and removed
+    once scored (a hundred stores of a thousand pages would hold gigabytes for nothing)."""
+    started = time.perf_counter()
+    try:
+        db = load_store(corpus, folder, question.gold_urls)
+    except CiteflowError as error:
+        return failed(question, str(error), time.perf_counter() - started, expected_answered=False)
+    try:
+        return run_question(question, db, reports, config, settings, expected_answered=False)
+    finally:
+        get_store(db).close()
+        for path in folder.glob("evidence.duckdb*"):
+            path.unlink()
+
+
+def result_row(result: QuestionResult) -> dict[str, Any]:
+    """A question's line of the table artifact and of the terminal table."""
+
+    def yes(flag: bool) -> str:
+        return "yes" if flag else "no"
+
+    return {
+        "id": result.id,
+        "status": result.status,
+        "answered": yes(result.answered),
+        "evidence": f"{result.covered_strict}/{result.gold_sentences}",
+        "gold pages": f"{result.gold_pages_cited}/{result.gold_pages}",
+        "cited": result.pages_cited,
+        "answer": yes(result.answer_found),
+        "integrity": result.integrity_problems,
+        "words": result.words,
+        "calls": result.model_calls,
+        "tokens": result.tokens,
+        "seconds": result.seconds,
+    }
+
+
+@flow(name="citeflow-eval")
+def eval_flow(
+    dataset: str,
+    corpus: Path,
+    questions: list[EvalQuestion],
+    folder: Path,
+    concurrency: int = 2,
+    unanswerable: bool = False,
+    config: str | None = None,
+    settings: dict[str, Any] | None = None,
+    on_result: Callable[[QuestionResult], None] | None = None,
+) -> Evaluation:
+    """Run and score `questions` of `dataset` (a name for the artifacts) against `corpus`, working in
+    `folder` (stores and reports); `on_result` is called as each question finishes (a progress bar)."""
+    given = settings or {}  # dotted settings for every run, as `citeflow run` takes them
+    shared = None if unanswerable else load_store(corpus, folder / "store")
+    reports = folder / "reports"
+
+    def one(question: EvalQuestion) -> QuestionResult:
+        if shared is not None:
+            result = run_question(question, shared, reports, config, given, expected_answered=True)
+        else:
+            own = folder / "stores" / slug(question.id)
+            result = unanswerable_question(question, corpus, own, reports, config, given)
+        if on_result is not None:
+            on_result(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        results = list(pool.map(one, questions))
+    summary = summarise(results)
+    key = slug(f"eval {dataset} {'unanswerable' if unanswerable else ''}")
+    create_table_artifact(
+        table=[result_row(result) for result in results],
+        key=f"{key}-questions",
+        description=f"Per question: {len(results)} questions of {dataset}",
+    )
+    create_table_artifact(
+        table=[{"figure": name, "value": value} for name, value in summary.model_dump().items()],
+        key=f"{key}-summary",
+        description=f"Overall figures: {len(results)} questions of {dataset}",
+    )
+    return Evaluation(summary=summary, results=results)

@@ -1,0 +1,261 @@
+"""Scoring research runs against gold evidence, as ../shared/eval/README.md defines it.
+
+A dataset is two JSON Lines files: a corpus (`{"url", "title", "text"}` a line, loaded as local pages) and
+questions (`{"id", "question", "answers", "supporting": [{"url", "title", "text"}]}`). Runs see only the
+question text; `answers` and `supporting` are read here, after the run, to score it. Nothing here runs
+Prefect: flows/evaluate.py runs the questions and calls these functions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import string
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from citeflow.contracts import ClaimStatus, Report
+from citeflow.errors import InputError
+from storage.store import EvidenceStore
+
+NOTHING_RUN = "nothing was run"
+# The README's coverage rule: a quote covers a gold sentence when they share at least this share of the
+# shorter one's word tokens.
+COVER_SHARE = 0.5
+
+
+class GoldSentence(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    url: str
+    title: str = ""
+    text: str = Field(description="One gold supporting sentence, a sentence of the page at `url`.")
+
+
+class EvalQuestion(BaseModel):
+    """One question of a dataset. Only `question` is ever given to a run."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    question: str
+    answers: list[str]
+    supporting: list[GoldSentence]
+    level: str = ""
+    type: str = ""
+
+    @property
+    def gold_urls(self) -> set[str]:
+        return {support.url for support in self.supporting}
+
+
+def load_questions(path: Path, limit: int | None = None, offset: int = 0) -> list[EvalQuestion]:
+    """Questions `offset` .. `offset + limit` of a questions file (blank lines skipped)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise InputError(str(path), f"could not be read ({error.strerror})", NOTHING_RUN) from error
+    questions = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            questions.append(EvalQuestion.model_validate_json(line))
+        except ValidationError as error:
+            problem = error.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"]) or "the record"
+            raise InputError(f"{path} line {number}", f"{where}: {problem['msg']}", NOTHING_RUN) from None
+    if not questions:
+        raise InputError(str(path), "holds no questions", NOTHING_RUN)
+    return questions[offset : None if limit is None else offset + limit]
+
+
+def corpus_without(corpus: Path, urls: set[str], destination: Path) -> Path:
+    """A copy of a JSON Lines corpus minus the records at `urls`: a question's gold pages removed makes it
+    unanswerable from the corpus, which is how "not found" is measured."""
+    kept = []
+    for line in corpus.read_text(encoding="utf-8").splitlines():
+        if line.strip() and json.loads(line).get("url") not in urls:
+            kept.append(line)
+    destination.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return destination
+
+
+def word_tokens(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.casefold()))
+
+
+def covers(quote: str, gold: str) -> bool:
+    """The README's rule: quote and gold sentence share half of the shorter one's word tokens."""
+    a, b = word_tokens(quote), word_tokens(gold)
+    return bool(a and b) and len(a & b) >= COVER_SHARE * min(len(a), len(b))
+
+
+def plain(text: str) -> str:
+    """Case-folded, punctuation stripped, white space collapsed."""
+    return " ".join(text.casefold().translate(str.maketrans("", "", string.punctuation)).split())
+
+
+def contains_answer(report_text: str, answers: list[str]) -> bool:
+    """Whether one of `answers` is in the text as whole words: "no" is not found inside "not"."""
+    body = f" {plain(report_text)} "
+    return any(plain(answer) and f" {plain(answer)} " in body for answer in answers)
+
+
+class QuestionResult(BaseModel):
+    """One question's run and its scores. Counts, not ratios, so that totals add up."""
+
+    id: str
+    question: str
+    expected_answered: bool = Field(description="False when the question's gold pages were removed.")
+    status: str = Field(description="The run's status, or 'error' when the run itself crashed.")
+    answered: bool = False
+    gold_sentences: int
+    covered_strict: int = Field(0, description="Gold sentences covered by a verified quote from their page.")
+    covered_lenient: int = Field(0, description="Gold sentences covered by any verified quote.")
+    gold_pages: int
+    gold_pages_cited: int = 0
+    pages_cited: int = 0
+    answer_found: bool = False
+    integrity_problems: int = 0
+    sentences: int = 0
+    words: int = 0
+    model_calls: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    error: str = ""
+
+
+def score(
+    question: EvalQuestion,
+    report: Report,
+    store: EvidenceStore,
+    problems: list[str],
+    seconds: float,
+    expected_answered: bool = True,
+) -> QuestionResult:
+    """Score one finished run; `problems` are its integrity audit's findings."""
+    # Every quote the run's verifier kept, cited or not: the report lists only the claims of the sources
+    # it cites, and evidence recall measures what research and verification found.
+    verified = store.claims(report.run_id, ClaimStatus.verified)
+    page_urls = {page_id: store.get_page(page_id).url for page_id in {claim.page_id for claim in verified}}
+    strict = lenient = 0
+    for gold in question.supporting:
+        lenient += any(covers(claim.quote, gold.text) for claim in verified)
+        strict += any(
+            page_urls[claim.page_id] == gold.url and covers(claim.quote, gold.text) for claim in verified
+        )
+    cited = {source.url for source in report.sources}
+    text = " ".join(sentence.text for sentence in report.sentences)
+    return QuestionResult(
+        id=question.id,
+        question=question.question,
+        expected_answered=expected_answered,
+        status=report.status.value,
+        answered=report.answered,
+        gold_sentences=len(question.supporting),
+        covered_strict=strict,
+        covered_lenient=lenient,
+        gold_pages=len(question.gold_urls),
+        gold_pages_cited=len(cited & question.gold_urls),
+        pages_cited=len(cited),
+        answer_found=contains_answer(text, question.answers),
+        integrity_problems=len(problems),
+        sentences=len(report.sentences),
+        words=len(text.split()),
+        model_calls=report.metrics.model_calls,
+        tokens=report.metrics.tokens_in + report.metrics.tokens_out,
+        seconds=round(seconds, 2),
+    )
+
+
+def failed(
+    question: EvalQuestion, error: str, seconds: float, expected_answered: bool = True
+) -> QuestionResult:
+    """A question whose run crashed: it scores nothing and counts in every total."""
+    return QuestionResult(
+        id=question.id,
+        question=question.question,
+        expected_answered=expected_answered,
+        status="error",
+        gold_sentences=len(question.supporting),
+        gold_pages=len(question.gold_urls),
+        seconds=round(seconds, 2),
+        error=error,
+    )
+
+
+class Summary(BaseModel):
+    """The figures over all questions: ratios of summed counts (micro averages), and per-question means."""
+
+    questions: int
+    errors: int = Field(description="Runs that crashed; each still counts, scoring nothing.")
+    evidence_recall_strict: float
+    evidence_recall_lenient: float
+    supporting_page_recall: float
+    citation_precision: float
+    answer_recall: float
+    answered_agreement: float = Field(description="Share whose `answered` is what the question expects.")
+    integrity_problems: int
+    sentences_mean: float
+    words_mean: float
+    model_calls_mean: float
+    tokens_mean: float
+    seconds_median: float
+    seconds_mean: float
+
+
+def _ratio(part: int, whole: int) -> float:
+    return round(part / whole, 3) if whole else 0.0
+
+
+def summarise(results: list[QuestionResult]) -> Summary:
+    if not results:
+        raise ValueError("no results to summarise")
+    count = len(results)
+
+    def total(field: str) -> int:
+        return sum(getattr(result, field) for result in results)
+
+    return Summary(
+        questions=count,
+        errors=sum(result.status == "error" for result in results),
+        evidence_recall_strict=_ratio(total("covered_strict"), total("gold_sentences")),
+        evidence_recall_lenient=_ratio(total("covered_lenient"), total("gold_sentences")),
+        supporting_page_recall=_ratio(total("gold_pages_cited"), total("gold_pages")),
+        citation_precision=_ratio(total("gold_pages_cited"), total("pages_cited")),
+        answer_recall=_ratio(total("answer_found"), count),
+        answered_agreement=_ratio(sum(r.answered == r.expected_answered for r in results), count),
+        integrity_problems=total("integrity_problems"),
+        sentences_mean=round(statistics.mean(r.sentences for r in results), 1),
+        words_mean=round(statistics.mean(r.words for r in results), 1),
+        model_calls_mean=round(statistics.mean(r.model_calls for r in results), 1),
+        tokens_mean=round(statistics.mean(r.tokens for r in results), 1),
+        seconds_median=round(statistics.median(r.seconds for r in results), 2),
+        seconds_mean=round(statistics.mean(r.seconds for r in results), 2),
+    )
+
+
+def load_floors(path: Path, table: str = "floors") -> dict[str, float]:
+    """Floors from a TOML file: `[floors]` (or another table) maps a Summary figure to the least it may be."""
+    try:
+        floors = tomllib.loads(path.read_text(encoding="utf-8")).get(table, {})
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise InputError(str(path), f"could not be read as TOML: {error}", NOTHING_RUN) from error
+    unknown = sorted(set(floors) - set(Summary.model_fields))
+    if unknown:
+        raise InputError(str(path), f"names no figure of the evaluation: {', '.join(unknown)}", NOTHING_RUN)
+    return {name: float(value) for name, value in floors.items()}
+
+
+def below_floors(summary: Summary, floors: dict[str, float]) -> list[str]:
+    """One line per figure under its floor; empty when every floor holds."""
+    values = summary.model_dump()
+    return [
+        f"{name} is {values[name]}, below its floor of {floor}"
+        for name, floor in floors.items()
+        if values[name] < floor
+    ]
