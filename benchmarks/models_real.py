@@ -9,7 +9,7 @@ planner, verifier, synthesiser and critic, and prints:
   per role: calls, replies that parse as the role's record, fallbacks to the extractive engine, claims
   proposed and kept (verifier; +extr: the extractive claims that filled each page's cap), tokens,
   seconds, and what the calls whose output the extractive engine replaced cost;
-  per engine: the eval's quality figures (benchmarks/hotpotqa.py `score`), sub-questions per run,
+  per engine: the quality figures of `citeflow eval` (tasks/evaluation.py), sub-questions per run,
   summary sentences shipped, and shipped sentences that contradict a cited quote (must be 0).
 Not a test: a CPU-served model takes minutes per question. Run it in the background.
 """
@@ -20,6 +20,7 @@ import argparse
 import json
 import re
 import sys
+import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -28,15 +29,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from hotpotqa import DEFAULT_EVAL, load_corpus, question_records, run_questions, score  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from citeflow.contracts import ClaimStatus, Critique, Draft, Report  # noqa: E402
+from citeflow.contracts import ClaimStatus, Critique, Draft  # noqa: E402
 from citeflow.llm.parsing import ReplyInvalid, parse_reply  # noqa: E402
 from citeflow.llm.prompts import ClaimsReply, PlanReply, QueriesReply  # noqa: E402
 from citeflow.roles import FALLBACK_STAGE_SUFFIX  # noqa: E402
 from citeflow.verify import negation_conflict  # noqa: E402
+from cli.common import prefect_api  # noqa: E402
+from flows.evaluate import load_store, run_question  # noqa: E402
 from storage.store import EvidenceStore, get_store  # noqa: E402
+from tasks.evaluation import QuestionResult, load_questions, summarise  # noqa: E402
+
+DEFAULT_EVAL = REPO.parent / "shared" / "eval"
 
 REPLY_TYPES: dict[str, type[BaseModel]] = {
     "planner": PlanReply,
@@ -116,27 +121,41 @@ def role_figures(store: EvidenceStore, run_ids: list[str]) -> dict[str, dict[str
     return {role: dict(counted) for role, counted in figures.items()}
 
 
-def report_figures(store: EvidenceStore, reports: list[Report]) -> dict[str, Any]:
+def report_figures(store: EvidenceStore, run_ids: list[str]) -> dict[str, Any]:
     """Sub-questions per run, summary sentences shipped, and shipped sentences that contradict a quote."""
     contradictions = []
-    for report in reports:
+    sentences: list[tuple[str, str]] = []  # (section, text) of every shipped sentence
+    for run_id in run_ids:
         quotes = defaultdict(list)
-        for claim in store.claims(report.run_id, ClaimStatus.verified):
+        for claim in store.claims(run_id, ClaimStatus.verified):
             quotes[claim.source_id].append(claim.quote)
-        for sentence in report.sentences:
-            cited = [quote for cite in sentence.cites for quote in quotes[cite]]
-            if negation_conflict(sentence.text, cited):
-                contradictions.append(sentence.text)
+        shipped = rows(
+            store,
+            "SELECT section, text, cites FROM report_sentences WHERE run_id = ? AND status = 'kept'",
+            run_id,
+        )
+        for section, text, cites in shipped:
+            sentences.append((section, text))
+            if negation_conflict(text, [quote for cite in cites for quote in quotes[cite]]):
+                contradictions.append(text)
+    runs = [rows(store, "SELECT status, metrics FROM runs WHERE run_id = ?", run_id)[0] for run_id in run_ids]
     return {
         "subquestions_per_run": [
-            rows(store, "SELECT count(*) FROM subquestions WHERE run_id = ?", r.run_id)[0][0] for r in reports
+            rows(store, "SELECT count(*) FROM subquestions WHERE run_id = ?", run_id)[0][0]
+            for run_id in run_ids
         ],
-        "summary_sentences": sum(1 for r in reports for s in r.sentences if s.section == ""),
-        "sentences": sum(len(r.sentences) for r in reports),
-        "statuses": dict(Counter(r.status.value for r in reports)),
-        "degradations": sum(r.metrics.degradations for r in reports),
+        "summary_sentences": sum(1 for section, _ in sentences if section == ""),
+        "sentences": len(sentences),
+        "statuses": dict(Counter(status for status, _ in runs)),
+        "degradations": sum(json.loads(metrics or "{}").get("degradations", 0) for _, metrics in runs),
         "contradicting_sentences": len(contradictions),
     }
+
+
+def quality(results: list[QuestionResult], store: EvidenceStore) -> dict[str, Any]:
+    """The eval's figures for these runs, and report_figures'."""
+    summary = summarise(results).model_dump()
+    return summary | report_figures(store, [result.run_id for result in results if result.run_id])
 
 
 def print_tables(roles: dict[str, dict[str, Any]], quality: dict[str, dict[str, Any]]) -> None:
@@ -166,7 +185,8 @@ def print_tables(roles: dict[str, dict[str, Any]], quality: dict[str, dict[str, 
         print(" ".join(cells))
     print("\nQuality, same questions:")
     keys = [
-        "evidence_recall",
+        "evidence_recall_strict",
+        "evidence_recall_lenient",
         "answer_recall",
         "supporting_page_recall",
         "citation_precision",
@@ -177,9 +197,10 @@ def print_tables(roles: dict[str, dict[str, Any]], quality: dict[str, dict[str, 
         "subquestions_per_run",
         "statuses",
         "degradations",
-        "mean_seconds",
-        "model_calls_per_question",
-        "tokens_per_question",
+        "answered_agreement",
+        "seconds_mean",
+        "model_calls_mean",
+        "tokens_mean",
     ]
     print(f"{'figure':<26} {'extractive':>22} {'model':>22}")
     for key in keys:
@@ -198,31 +219,28 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the figures as JSON here too")
     args = parser.parse_args()
 
-    db = load_corpus(args.eval)
+    folder = Path(tempfile.mkdtemp(prefix="citeflow-models-real-"))
+    db = load_store(args.eval / "hotpotqa-100.corpus.jsonl", folder)
     print(f"store: {db} (query it with citeflow sql --db once this ends)", file=sys.stderr)
-    records = question_records(args.eval, args.questions)
-    questions = [record["question"] for record in records]
+    questions = load_questions(args.eval / "hotpotqa-100.questions.jsonl", args.questions)
+    # No model name: the endpoint's one model, from /v1/models.
     models = {
-        # No model name: the endpoint's one model, from /v1/models.
-        "defaults": {
-            "base_url": args.base_url,
-            "context_tokens": args.context_tokens,
-            "timeout_seconds": args.timeout,
-            "max_attempts": 2,
-            "max_output_tokens": 512,
-        },
-        "synthesiser": {"max_output_tokens": 1024},
+        "defaults.base_url": args.base_url,
+        "defaults.context_tokens": args.context_tokens,
+        "defaults.timeout_seconds": args.timeout,
+        "defaults.max_attempts": 2,
+        "defaults.max_output_tokens": 512,
+        "synthesiser.max_output_tokens": 1024,
     }
-    extractive = run_questions(questions, db)
-    modelled = run_questions(questions, db, models)
+    reports = folder / "reports"
+    with prefect_api(db):
+        extractive = [run_question(q, db, reports, None, {}, expected_answered=True) for q in questions]
+        modelled = [run_question(q, db, reports, None, models, expected_answered=True) for q in questions]
     store = get_store(db)
-    quality = {
-        "extractive": score(records, extractive, db) | report_figures(store, [r for r, _ in extractive]),
-        "model": score(records, modelled, db) | report_figures(store, [r for r, _ in modelled]),
-    }
-    roles = role_figures(store, [report.run_id for report, _ in modelled])
-    print_tables(roles, quality)
-    result = {"questions": questions, "roles": roles, "quality": quality}
+    figures = {"extractive": quality(extractive, store), "model": quality(modelled, store)}
+    roles = role_figures(store, [result.run_id for result in modelled if result.run_id])
+    print_tables(roles, figures)
+    result = {"questions": [q.question for q in questions], "roles": roles, "quality": figures}
     print(json.dumps(result, indent=2, default=str))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")

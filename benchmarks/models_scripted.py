@@ -43,9 +43,7 @@ from tasks.evaluation import load_questions  # noqa: E402
 DEFAULT_EVAL = REPO.parent / "shared" / "eval"
 
 
-def run_questions(
-    questions: list[str], db: Path, models: dict[str, dict[str, Any]]
-) -> list[tuple[Report, float]]:
+def run_questions(questions: list[str], db: Path, models: dict[str, Any]) -> list[tuple[Report, float]]:
     """Each question through the flow with the scripted model, with its wall seconds."""
     from flows.research import research_flow
 
@@ -54,9 +52,7 @@ def run_questions(
         started = time.perf_counter()
         state = research_flow(
             question=question,
-            db=str(db),
-            reports=str(db.parent / "reports"),
-            models=models,
+            settings={**models, "db": str(db), "reports": str(db.parent / "reports")},
             return_state=True,
         )
         report = state.result(raise_on_failure=False)

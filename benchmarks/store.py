@@ -192,11 +192,15 @@ def big_record(megabytes: float, uncapped: bool) -> None:
     print(f"record of {len(record['text']):,} characters stored as {stored:,} ({report.cut} cut)")
 
     # Starts the temporary Prefect server, so the figures below are the run's alone (it fails: no pages).
-    research_flow(question="What is citeflow?", db=str(folder / "warm.duckdb"), return_state=True)
+    research_flow(
+        question="What is citeflow?", settings={"db": str(folder / "warm.duckdb")}, return_state=True
+    )
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     started = time.perf_counter()
     result = research_flow(
-        question=QUESTIONS[0], db=str(db), reports=str(folder / "reports"), return_state=True
+        question=QUESTIONS[0],
+        settings={"db": str(db), "reports": str(folder / "reports")},
+        return_state=True,
     )
     wall = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -110,6 +110,7 @@ class QuestionResult(BaseModel):
 
     id: str
     question: str
+    run_id: str = Field("", description="The research run, to look up in the store; '' when it crashed.")
     expected_answered: bool = Field(description="False when the question's gold pages were removed.")
     status: str = Field(description="The run's status, or 'error' when the run itself crashed.")
     answered: bool = False
@@ -153,6 +154,7 @@ def score(
     return QuestionResult(
         id=question.id,
         question=question.question,
+        run_id=report.run_id,
         expected_answered=expected_answered,
         status=report.status.value,
         answered=report.answered,

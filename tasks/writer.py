@@ -6,7 +6,7 @@ the fallback synthesiser's (the extractive engine's) from the same claims, and s
 synthesiser could not give at all. When the critic never approves, the report is the last draft that
 passed the mechanical checks whole. Whatever the critic says, a sentence that fails a mechanical check
 is removed, never shipped: with verified claims, a report always has sentences, and (with a fallback)
-every verified claim is reported by one of them.
+what the extractive report says is said by one of them.
 
 The loop (`write_report`) takes its steps from a `WriterSteps`: the flow passes the Prefect tasks
 (`synthesise_task`, `critique_task`, each draft and each verdict a task run of its own, cached), tests and
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from prefect import task
 
 from citeflow.checks import failing_sentences, mechanical_critique, prune_citations
-from citeflow.contracts import Claim, Critique, Draft, DraftSentence, SynthesisInput
+from citeflow.contracts import Critique, Draft, DraftSentence, SynthesisInput
 from citeflow.llm.budget import REVISION_SHARE
 from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
@@ -173,7 +173,7 @@ class EngineSteps:
         return critique(self.engine, request, draft)
 
     def complete(self, request: SynthesisInput, draft: Draft) -> Draft:
-        return with_every_claim(self.engine, request, draft)
+        return with_extractive_floor(self.engine, request, draft)
 
 
 def write_report(
@@ -202,33 +202,35 @@ def write_report(
     return Review(draft, verdict, revisions, end, removed, critic_ran, earlier, dropped)
 
 
-def reported(claim: Claim, sentences: list[DraftSentence]) -> bool:
-    """Whether sentences citing the claim's source say most of what the claim says."""
-    said = " ".join(sentence.text for sentence in sentences if claim.source_id in sentence.cites)
-    return bool(said) and content_support(claim.text, said)[0] >= REPORTED_MIN_SHARE
+def reported(sentence: DraftSentence, sentences: list[DraftSentence]) -> bool:
+    """Whether sentences citing one of `sentence`'s sources say most of what it says."""
+    said = " ".join(other.text for other in sentences if set(other.cites) & set(sentence.cites))
+    return bool(said) and content_support(sentence.text, said)[0] >= REPORTED_MIN_SHARE
 
 
-def with_every_claim(engine: Engine, request: SynthesisInput, draft: Draft) -> Draft:
-    """The draft, plus the fallback synthesiser's sentences for every verified claim that no sentence
-    passing the checks reports (`reported`): a model that writes one sentence from twenty verified
-    claims must not lose the other nineteen. Recorded as a degradation; unchanged without a fallback."""
+def with_extractive_floor(engine: Engine, request: SynthesisInput, draft: Draft) -> Draft:
+    """The draft, plus each sentence the fallback synthesiser (the extractive engine) writes from the same
+    claims that no sentence of the draft passing the checks reports (`reported`): a model that writes one
+    sentence where the extractive report gives the answer and its support must not lose them. Recorded as
+    a degradation; unchanged without a fallback, or when the draft already says it all."""
     if engine.fallback is None:
         return draft
     failing = failing_sentences(draft, mechanical_critique(draft, request.claims))
     kept = [sentence for n, sentence in enumerate(draft.sentences) if n not in failing]
-    unreported = [claim for claim in request.claims if claim.source_id and not reported(claim, kept)]
-    if not unreported:
+    fresh = request.model_copy(update={"previous": None, "critique": None})
+    floor, _ = prune_citations(engine.fallback.synthesiser.write(fresh), request.claims)
+    missing = [sentence for sentence in floor.sentences if not reported(sentence, kept)]
+    if not missing:
         return draft
-    missing = request.model_copy(update={"claims": unreported, "previous": None, "critique": None})
-    added, _ = prune_citations(engine.fallback.synthesiser.write(missing), request.claims)
     engine.degradations.add(
         "synthesiser",
         "report",
-        f"no sentence reported {len(unreported)} verified claim(s): {', '.join(c.id for c in unreported)}",
-        f"The synthesiser model's report left {len(unreported)} verified claim(s) unreported; their "
-        "extractive sentences were added.",
+        f"no sentence of the draft reported {len(missing)} sentence(s) of the extractive report: "
+        + " | ".join(sentence.text for sentence in missing),
+        f"The synthesiser model's report left out {len(missing)} sentence(s) the extractive report gives; "
+        "they were added.",
     )
-    return Draft(sentences=[*draft.sentences, *added.sentences])
+    return Draft(sentences=[*draft.sentences, *missing])
 
 
 def _request_parts(request: SynthesisInput) -> dict[str, Any]:
@@ -285,4 +287,4 @@ class TaskSteps:
 
     def complete(self, request: SynthesisInput, draft: Draft) -> Draft:
         """In the flow's thread: the fallback's sentences cost no model call, so nothing to cache."""
-        return with_every_claim(current_run().engine, request, draft)
+        return with_extractive_floor(current_run().engine, request, draft)

@@ -55,7 +55,7 @@ class Received:
 # The reply type each role asks for (citeflow/llm/prompts.py), as named in its response_format.
 ROLE_BY_SCHEMA = {
     "PlanReply": "planner",
-    "FollowUpReply": "planner",
+    "FollowUpReply": "follow-up",  # the planner's second call of a run
     "QueriesReply": "query_writer",
     "ClaimsReply": "verifier",
     "Draft": "synthesiser",

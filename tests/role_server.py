@@ -2,7 +2,8 @@
 
 Roles are told apart by the response_format schema each one asks for, so the order in which concurrent
 verify tasks reach the server does not matter. The default handlers are faithful: the verifier quotes a
-page's first sentences exactly, the synthesiser writes each claim's own words, the critic approves. A
+page's first sentences exactly, the synthesiser writes each claim's own words, the critic approves. The
+planner's follow-up call (a role of its own here, "follow-up") proposes none. A
 test replaces one role's handler to script a misbehaviour; `delay` slows every reply down.
 """
 
@@ -81,6 +82,11 @@ def one_sentence_per_claim(received: Received, n: int) -> Reply:
     )
 
 
+def no_follow_ups(received: Received, n: int) -> Reply:
+    """The planner's follow-up call: the two Acme pages leave nothing to follow."""
+    return json_reply({"subquestions": []})
+
+
 def approve(received: Received, n: int) -> Reply:
     return json_reply({"approved": True, "notes": "every sentence is supported", "problems": []})
 
@@ -96,6 +102,7 @@ class RoleServer(ScriptedServer):
         self.delay = delay
         self.handlers: dict[str, Handler] = {
             "planner": plan_reply,
+            "follow-up": no_follow_ups,
             "verifier": first_sentences,
             "synthesiser": one_sentence_per_claim,
             "critic": approve,

@@ -281,7 +281,7 @@ def test_a_critic_that_never_approves_ends_with_the_last_clean_draft_labelled() 
     )
 
 
-def test_claims_a_model_report_leaves_unreported_get_their_extractive_sentences() -> None:
+def test_what_the_extractive_report_says_and_a_model_report_leaves_out_is_added() -> None:
     anvils = "The company first made anvils for farms near Dayton."
     second = REQUEST.claims[0].model_copy(
         update={"id": "C2.1", "source_id": "S2", "text": anvils, "quote": anvils}
@@ -291,25 +291,38 @@ def test_claims_a_model_report_leaves_unreported_get_their_extractive_sentences(
         update={"claims": [*REQUEST.claims, second], "sources": [*REQUEST.sources, products]}
     )
 
-    class OneSentence:
+    class AnvilsOnly:
         def write(self, request: SynthesisInput) -> Draft:
-            return Draft(sentences=[DraftSentence(text="Jane Doe founded Acme Corp in 1947.", cites=["S1"])])
+            return Draft(sentences=[DraftSentence(text="The company first made anvils.", cites=["S2"])])
 
-    engine = model_engine(synthesiser=OneSentence())
+    engine = model_engine(synthesiser=AnvilsOnly())
 
     review = write_report(EngineSteps(engine), request, revisions_max=0, may_revise=lambda: True)
-    misread = DraftSentence(text="Acme Corp makes farms in Dayton.", cites=["S2"])  # cites S2, says otherwise
-    assert not reported(second, [misread]) and reported(second, review.kept)
 
+    # The extractive report answers who founded Acme Corp; the model's sentence does not say that.
+    founded = DraftSentence(text=REQUEST.claims[0].text, cites=["S1"], section="")
+    assert not reported(founded, [DraftSentence(text="The company first made anvils.", cites=["S1"])])
     assert [(s.text, s.cites, s.section) for s in review.kept] == [
-        ("Jane Doe founded Acme Corp in 1947.", ["S1"], ""),
-        ("The company first made anvils for farms near Dayton.", ["S2"], "q1"),
+        ("The company first made anvils.", ["S2"], ""),
+        ("Acme Corp was founded by Jane Doe in 1947 in Ohio.", ["S1"], ""),
     ]
     (degradation,) = engine.degradations.drain()
     assert degradation.short == (
-        "The synthesiser model's report left 1 verified claim(s) unreported; their extractive sentences "
-        "were added."
+        "The synthesiser model's report left out 1 sentence(s) the extractive report gives; they were added."
     )
+    # A model report that says what the extractive one says is left as it is.
+    said = model_engine(synthesiser=OneSentence("Jane Doe founded Acme Corp in 1947 in Ohio.", "S1"))
+    kept = write_report(EngineSteps(said), request, revisions_max=0, may_revise=lambda: True).kept
+    assert [s.text for s in kept] == ["Jane Doe founded Acme Corp in 1947 in Ohio."]
+    assert said.degradations.drain() == []
+
+
+class OneSentence:
+    def __init__(self, text: str, cite: str) -> None:
+        self.sentence = DraftSentence(text=text, cites=[cite])
+
+    def write(self, request: SynthesisInput) -> Draft:
+        return Draft(sentences=[self.sentence])
 
 
 def test_the_caveat_says_when_no_critic_ran_and_every_caveat_is_one_short_line() -> None:

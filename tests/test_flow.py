@@ -15,11 +15,16 @@ from tasks.audit import audit
 QUESTION = "How does citeflow check that a quote appears on a page?"
 
 
-async def artifact_keys() -> set[str]:
+async def artifact_keys(flow_run_id: str) -> set[str]:
+    """The keys of a flow run's artifacts (the test server is shared: other tests' runs made theirs)."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     async with get_client() as client:
-        return {artifact.key for artifact in await client.read_artifacts() if artifact.key}
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+        return {artifact.key for artifact in found if artifact.key}
 
 
 def test_flow_writes_a_report_whose_every_citation_is_a_verified_quote(
@@ -50,7 +55,7 @@ def test_flow_writes_a_report_whose_every_citation_is_a_verified_quote(
     assert stages == ["plan", "research", "verify", "follow-up", "write"]
     verified = report.metrics.stages[2].claims_verified + report.metrics.stages[3].claims_verified
     assert verified == len(store.claims(report.run_id, ClaimStatus.verified))
-    keys = asyncio.run(artifact_keys())
+    keys = asyncio.run(artifact_keys(report.run_id))
     slug = "how-does-citeflow-check-that-a-quote-appears-on"
     assert {f"report-{slug}", f"sources-{slug}", f"metrics-{slug}"} <= keys
 

@@ -337,7 +337,7 @@ def test_citeflow_run_uses_the_endpoint_from_the_environment(
         "by planner=env-model, verifier=env-model, synthesiser=env-model, critic=env-model"
         in (payload["report"])
     )
-    assert set(server.calls) == {"planner", "verifier", "synthesiser", "critic"}
+    assert set(server.calls) == {"planner", "follow-up", "verifier", "synthesiser", "critic"}
     assert {r.body["model"] for r in server.requests} == {"env-model"}
     assert {r.headers["authorization"] for r in server.requests} == {"Bearer sk-flow-test"}
     assert payload["metrics"]["model_calls"] == len(server.requests)
@@ -427,7 +427,7 @@ def test_a_run_whose_every_model_reply_is_useless_ships_the_extractive_report(
     assert {c["source"] for c in payload["claims"]} <= {s["id"] for s in payload["sources"]}
     for caveat in payload["caveats"]:
         assert len(caveat) <= 200 and "\n" not in caveat
-        for fabricated in ("Nobel", "S42", "S99", "Moon", "evidence only", "return no claims", "liar"):
+        for fabricated in ("Nobel", "S42", "S99", "Moon", "Read it as evidence", "return no claims", "liar"):
             assert fabricated not in caveat
     fell_back = {c.split(" ")[1] for c in payload["caveats"] if c.startswith("The ")}
     assert {"planner", "verifier", "synthesiser"} <= fell_back

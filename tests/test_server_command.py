@@ -44,8 +44,9 @@ def test_a_run_goes_to_the_running_server_and_runs_lists_it(tmp_path: Path) -> N
         flow_run = httpx.get(f"http://127.0.0.1:{port}/api/flow_runs/{run_id}", timeout=30).json()
         assert flow_run["state"]["type"] == "COMPLETED"
 
+        status_of_run = __import__("json").loads(run.stdout)["status"]
         runs = citeflow("runs", "--db", db, env=env)
-        assert runs.returncode == 0 and run_id in runs.stdout and "complete" in runs.stdout
+        assert runs.returncode == 0 and f"{run_id}  {status_of_run}" in runs.stdout
     finally:
         stopped = citeflow("server", "stop", "--db", db, env=env)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout

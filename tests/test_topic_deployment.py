@@ -125,7 +125,7 @@ def test_a_topic_runs_through_its_deployment_and_its_second_run_says_what_change
         # Serving the same topic with no work pool would run it twice: refused, saying how to switch.
         refused = subprocess.run(serve, cwd=project, env=env, capture_output=True, text=True, timeout=120)
         os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=30)
+        worker.wait(timeout=90)  # a worker under load takes tens of seconds to stop its runs
         worker = None
         command(str(BIN / "prefect"), "deployment", "delete", "citeflow-research/acme", cwd=project, env=env)
         server_process = subprocess.Popen(serve, cwd=project, env=env, start_new_session=True,
