@@ -445,9 +445,9 @@ run); `--refresh` makes every stage compute.
 ## Defaults these figures are given at
 
 - `models.max_concurrent_per_endpoint` = 16 (was 4): the default `caps.pages_verified_max` is 16, so a
-  run's pages are verified in one round of model calls, not four. A local server with fewer parallel
-  slots queues the extra calls itself; set it to the server's slot count when queued calls come near
-  `timeout_seconds`.
+  run's pages are verified in one round of model calls, not four. Since issue 14 this is the default for
+  a remote endpoint only; one on this machine (llama.cpp, Ollama) gets 1 call at a time, so the
+  simulated model, which stands for a hosted one, is given 16 in its settings (benchmarks/simulation.py).
 - The flow's task runner has 64 threads (was 4; flows/research.py `TASK_WORKERS`): the pool only holds
   threads, and the real limits are the endpoint's model slots and the per-host fetch politeness
   (`web.per_domain_concurrency` = 2, `web.per_domain_delay` = 1.0 s, unchanged).

@@ -8,6 +8,7 @@ answer is a report that says the evidence does not answer it.
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -154,8 +155,11 @@ def eval_flow(
             on_result(result)
         return result
 
+    # Each question's thread runs in a copy of this context: Prefect's settings (the API the command
+    # chose) live in context variables, and a thread without them starts an ephemeral server of its own.
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        results = list(pool.map(one, questions))
+        running = [pool.submit(contextvars.copy_context().run, one, question) for question in questions]
+        results = [future.result() for future in running]
     summary = summarise(results)
     key = slug(f"eval {dataset} {'unanswerable' if unanswerable else ''}")
     create_table_artifact(
