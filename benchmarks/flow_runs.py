@@ -25,7 +25,7 @@ from flows.research import TASK_WORKERS, StageClock, record_degradations, resear
 from storage.store import get_store
 from tasks.context import open_run_context
 from tasks.finish import finish
-from tasks.planner import plan_task
+from tasks.planner import follow_up_task, plan_task
 from tasks.researcher import Researched, record_research, research_task
 from tasks.verifier import select_pages, verify_task
 from tasks.writer import TaskSteps, critique_task, synthesise_task, write_report
@@ -77,7 +77,8 @@ def _seconds(start: datetime, end: datetime) -> float:
 
 def ideal_path(db: Path, run_id: str) -> dict[str, float]:
     """The run's critical path, from its traces: planning + the slowest researcher + one verification
-    round + every synthesis and critique (the first draft and each revision).
+    round + the follow-up call (the simulated model proposes no second round) + every synthesis and
+    critique (the first draft and each revision).
 
     One verification round is the slowest verifier model call, timed from the moment the call holds its
     endpoint slot (model_calls.latency_seconds): a verify trace also counts the time its call queued for a
@@ -97,6 +98,7 @@ def ideal_path(db: Path, run_id: str) -> dict[str, float]:
         "plan": max(by_stage.get("plan", [0.0])),
         "research (slowest)": max(by_stage.get("research", [0.0])),
         "verify (one round)": verify_call or max(by_stage.get("verify", [0.0])),
+        "follow-up": sum(by_stage.get("follow-up", [])),
         "synthesise": sum(by_stage.get("synthesise", [])),
         "critique": sum(by_stage.get("critique", [])),
     }
@@ -205,6 +207,12 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
             record_degradations(run, metrics, degraded)
             numbered = store.number_sources(run_id)
             claims = store.claims(run_id, ClaimStatus.verified)
+        with clock.stage("follow-up") as metrics:  # the simulated model proposes none: no second round
+            evidence = SynthesisInput(
+                question=question, subquestions=subquestions, claims=claims, sources=numbered
+            )
+            store.add_subquestions(run_id, follow_up_task.fn(evidence))
+            record_degradations(run, metrics, degraded)
         with clock.stage("write") as metrics:
             request = SynthesisInput(
                 question=question, subquestions=subquestions, claims=claims, sources=numbered

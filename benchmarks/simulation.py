@@ -172,11 +172,22 @@ def synthesise(received: Received) -> dict[str, Any]:
     return {"sentences": [{"text": text, "cites": [sid], "section": qid} for sid, qid, text in claims]}
 
 
+def follow_up(received: Received) -> dict[str, Any]:
+    """The study sites name no further entity to research: no follow-up sub-question."""
+    return {"subquestions": []}
+
+
 def critique(received: Received) -> dict[str, Any]:
     return {"approved": True, "notes": "every sentence is supported by its quotes", "problems": []}
 
 
-ROLES = {"planner": plan, "verifier": verify, "synthesiser": synthesise, "critic": critique}
+ROLES = {
+    "planner": plan,
+    "follow-up": follow_up,
+    "verifier": verify,
+    "synthesiser": synthesise,
+    "critic": critique,
+}
 
 
 class SimulatedModel(ScriptedServer):

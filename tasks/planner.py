@@ -140,16 +140,17 @@ def record_plan_fallback(
 def enforce_follow_ups(
     existing: list[SubQuestion], proposed: list[SubQuestion], limit: int
 ) -> list[SubQuestion]:
-    """Whatever a planner proposed for the second round: drop empty ones and those whose query repeats
-    any sub-question's, cap at `limit`, number them on from the plan (q4, q5, ... after q3)."""
-    seen = {normalise(sub.query).casefold() for sub in existing}
+    """Whatever a planner proposed for the second round: drop empty ones and those that ask what any
+    sub-question asks (the same text or the same query), cap at `limit`, number them on from the plan
+    (q4, q5, ... after q3)."""
+    seen = {normalise(key).casefold() for sub in existing for key in (sub.text, sub.query)}
     kept: list[SubQuestion] = []
     for sub in proposed:
         text, query = sub.text.strip(), (sub.query.strip() or sub.text.strip())
-        key = normalise(query).casefold()
-        if not text or key in seen or len(kept) == limit:
+        keys = {normalise(query).casefold(), normalise(text).casefold()}
+        if not text or keys & seen or len(kept) == limit:
             continue
-        seen.add(key)
+        seen.update(keys)
         position = len(existing) + len(kept)
         kept.append(SubQuestion(id=f"q{position + 1}", position=position, text=text, query=query))
     return kept

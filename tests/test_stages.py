@@ -62,7 +62,13 @@ def test_enforce_plan_fills_up_to_the_minimum_only() -> None:
 
 def test_follow_ups_are_numbered_after_the_plan_and_never_repeat_a_query() -> None:
     plan = [sub(1, "Q?", "q query"), sub(2, "About A?", "a")]
-    proposed = [sub(9, "About B?", "b"), sub(9, "About A again?", "A"), sub(9, " ", "x"), sub(9, "C?", "c")]
+    proposed = [
+        sub(9, "About B?", "b"),
+        sub(9, "About A again?", "A"),  # the same search as q2
+        sub(9, "About A?", "another query"),  # the same question as q2
+        sub(9, " ", "x"),
+        sub(9, "C?", "c"),
+    ]
 
     followups = enforce_follow_ups(plan, proposed, limit=2)
 
