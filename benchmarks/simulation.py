@@ -148,7 +148,7 @@ def _user_line(received: Received, prefix: str) -> str:
 
 
 def plan(received: Received) -> dict[str, Any]:
-    most = int(re.search(r"between \d+ and (\d+) of them", received.prompt).group(1))  # type: ignore[union-attr]
+    most = int(re.search(r"between \d+ and (\d+) sub-questions", received.prompt).group(1))  # type: ignore[union-attr]
     return {
         "subquestions": [
             {"text": f"What does the survey record about the {site}?", "query": f"{site} survey records"}
@@ -158,7 +158,7 @@ def plan(received: Received) -> dict[str, Any]:
 
 
 def verify(received: Received) -> dict[str, Any]:
-    limit = int(re.search(r"propose at most (\d+) claims", received.prompt).group(1))  # type: ignore[union-attr]
+    limit = int(re.search(r"propose up to (\d+) claims", received.prompt).group(1))  # type: ignore[union-attr]
     wanted = set(content_words(_user_line(received, "Sub-question: ")))
     (text,) = _blocks(received, "page text")
     sentences = [span.text for span in split_sentences(text) if len(span.text) >= 40]
@@ -237,7 +237,9 @@ class SimulatedWeb:
 
     def _search(self, request: Request) -> WebReply:
         time.sleep(self.delay)
-        topic = site_index(request.query.get("q", [""])[0])
+        # A query naming no site (the question itself, which the plan always researches) finds the
+        # survey's first site, as a general query finds the most prominent pages.
+        topic = site_index(request.query.get("q", [""])[0]) or 0
         hits = [] if topic is None else [
             {"url": self.host(topic, page).url(page_path(topic, page)), "title": page_title(topic, page),
              "content": page_paragraphs(topic, page, 0)[0][:200], "engine": "simulated", "score": 1.0}
