@@ -36,6 +36,9 @@ from tasks.evaluation import (
 )
 from tasks.finish import slug
 
+# Tries of a question whose run crashed outside the flow (the Prefect API failing), not of a failed run.
+RUN_ATTEMPTS = 2
+
 
 class Evaluation(BaseModel):
     summary: Summary
@@ -59,21 +62,24 @@ def run_question(
     settings: dict[str, Any],
     expected_answered: bool,
 ) -> QuestionResult:
-    """One question through the research flow, exactly as `citeflow run` sends it, then scored."""
+    """One question through the research flow, exactly as `citeflow run` sends it, then scored. A run
+    that could not start or finish at all is tried once more before it counts as an error."""
     started = time.perf_counter()
-    try:
-        state = research_flow(
-            question=question.question,
-            settings={**settings, "db": str(db), "reports": str(reports)},
-            config=config,
-            return_state=True,
-        )
-    except Exception as error:  # noqa: BLE001 - one question's crash is its result, never the whole eval's
-        # A run that fails inside the flow comes back as a state; this is one that could not start or
-        # finish at all (measured: the temporary Prefect server answering 503 under load).
-        return failed(
-            question, f"{type(error).__name__}: {error}", time.perf_counter() - started, expected_answered
-        )
+    for attempt in range(1, RUN_ATTEMPTS + 1):
+        try:
+            state = research_flow(
+                question=question.question,
+                settings={**settings, "db": str(db), "reports": str(reports)},
+                config=config,
+                return_state=True,
+            )
+            break
+        except Exception as error:  # noqa: BLE001 - one question's crash is its result, never the eval's
+            # A run that fails inside the flow comes back as a state; this one could not start or finish
+            # at all (measured: a Prefect server answering 503 under load, once in 20 questions).
+            if attempt == RUN_ATTEMPTS:
+                seconds = time.perf_counter() - started
+                return failed(question, f"{type(error).__name__}: {error}", seconds, expected_answered)
     seconds = time.perf_counter() - started
     report = state.result(raise_on_failure=False)
     if not isinstance(report, Report):

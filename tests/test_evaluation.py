@@ -199,10 +199,14 @@ def test_a_run_that_crashes_is_recorded_and_scores_nothing(
 ) -> None:
     import flows.evaluate
 
-    def unavailable(**_: object) -> None:
+    tries: list[object] = []
+
+    def unavailable(**given: object) -> None:
+        tries.append(given)
         raise RuntimeError("Server error '503 Service Unavailable'")
 
     monkeypatch.setattr(flows.evaluate, "research_flow", unavailable)
     result = flows.evaluate.run_question(QUESTION, tmp_path / "s.duckdb", tmp_path, None, {}, True)
+    assert len(tries) == flows.evaluate.RUN_ATTEMPTS == 2  # a crash outside the flow is tried again once
     assert result.status == "error" and "503 Service Unavailable" in result.error
     assert (result.covered_strict, result.gold_sentences, result.answered) == (0, 2, False)

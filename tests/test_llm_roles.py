@@ -360,7 +360,7 @@ def test_planner_proposes_follow_ups_from_the_verified_claims(server: ScriptedSe
     followups = models.engine.planner.follow_up(REQUEST, 2)
 
     assert [(s.text, s.query) for s in followups] == [("Where is Ohio?", "Ohio")] * 2  # the limit holds
-    assert role_of(server.requests[0]) == "planner"
+    assert role_of(server.requests[0]) == "follow-up"  # the planner's follow-up schema
     assert CLAIM.quote in server.requests[0].prompt and "at most 2 follow-up" in server.requests[0].prompt
 
 
