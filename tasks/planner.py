@@ -157,8 +157,9 @@ def enforce_follow_ups(
 
 
 def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) -> list[SubQuestion]:
-    """The second round's sub-questions, from what the first round verified (`evidence`). A model
-    planner that cannot answer is replaced by the fallback planner's rules for this call, recorded."""
+    """The second round's sub-questions, from what the first round verified (`evidence`). Behind a model
+    planner's follow-ups come the fallback planner's (its rules ask about each bridge entity the claims
+    name), up to the limit; a model that cannot answer leaves them to those rules, recorded."""
     if limit < 1:
         return []
     try:
@@ -166,7 +167,7 @@ def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) 
     except DegradableError as error:
         if engine.fallback is None:
             raise
-        proposed = engine.fallback.planner.follow_up(evidence, limit)
+        proposed = []
         engine.degradations.add(
             "planner",
             "follow-up",
@@ -175,6 +176,8 @@ def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) 
             "planner's were asked.",
         )
         step.outcome = Outcome.degraded
+    if engine.fallback is not None:
+        proposed = [*proposed, *engine.fallback.planner.follow_up(evidence, limit)]
     followups = enforce_follow_ups(evidence.subquestions, proposed, limit)
     step.detail = f"{len(followups)} follow-up sub-questions"
     return followups

@@ -127,8 +127,7 @@ def verify_page(
 ) -> list[Claim]:
     """Extract claims from one page for one sub-question and check each mechanically: every claim comes
     back, rejected ones with their reason. With a fallback engine, the fallback's claims for the same
-    page fill the claims cap after the model's verified ones, and a page the model verified nothing
-    from is a recorded degradation."""
+    page come after the model's, and a page the model verified nothing from is a recorded degradation."""
 
     def checked(drafts: list[ClaimDraft], first: int) -> list[Claim]:
         return verify_drafts(
@@ -143,8 +142,9 @@ def verify_page(
         )
 
     if engine.fallback is not None and not about(subquestion, page):
+        # Not worth a model call; the extractive extractor, which costs none, reads it as it would alone.
         step.detail = f"page {page.id}: not about the sub-question, so no model was asked"
-        return []
+        return checked(engine.fallback.extractor.extract(subquestion, page, claims_per_page), 1)
     windows = page_windows(page.text, engine.window_chars, subquestion.query, engine.windows_max)
     failure: DegradableError | None = None
     try:
@@ -157,15 +157,17 @@ def verify_page(
     step.detail = f"page {page.id}: {len(drafts)} claims proposed, {verified} verified" + (
         f", from {read}" if read else ""
     )
-    if engine.fallback is None or verified >= claims_per_page:
+    if engine.fallback is None:
         return claims
-    # The claims cap is filled with the model's verified claims first, then the fallback's.
+    # The extractive extractor's claims come beside the model's (each proposer within the claims cap),
+    # those repeating a verified model quote left out: the model path keeps the evidence the extractive
+    # engine alone would have found on this page.
     have = [normalise(c.quote).casefold() for c in claims if c.status is ClaimStatus.verified]
     extra = [
         draft
         for draft in engine.fallback.extractor.extract(subquestion, page, claims_per_page)
         if not any(_overlaps(normalise(draft.quote).casefold(), quote) for quote in have)
-    ][: claims_per_page - verified]
+    ][:claims_per_page]
     added = checked(extra, len(claims) + 1)
     kept = sum(claim.status is ClaimStatus.verified for claim in added)
     step.detail += f"; extractive: {kept} verified"
