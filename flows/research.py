@@ -143,9 +143,13 @@ def research_round(
     researcher = fresh(research_task, refresh).with_options(
         cache_expiration=timedelta(hours=run.settings.web.freshness_hours)
     )
-    researched: list[Researched] = settled(
-        run, "research", researcher.map(subquestions), [s.id for s in subquestions]
-    )
+    futures = researcher.map(subquestions)
+    done: list[Researched] = settled(run, "research", futures, [s.id for s in subquestions])
+    # `settled` keeps the completed results in order: each is this run's research of its sub-question.
+    completed = [
+        sub for sub, future in zip(subquestions, futures, strict=True) if future.state.is_completed()
+    ]
+    researched = [one.for_subquestion(sub.id) for sub, one in zip(completed, done, strict=True)]
     with run.store.session():
         for one in researched:
             record_research(run.store, run.run_id, one)

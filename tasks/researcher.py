@@ -35,6 +35,17 @@ class Researched(BaseModel):
     counts: dict[str, int]  # URLs per status: fetched, stored, shared, skipped, failed
     summary: str
 
+    def for_subquestion(self, subquestion_id: str) -> Researched:
+        """The same research under this run's sub-question id: a result cached by query may have been
+        computed for a sub-question another run numbered differently."""
+        return self.model_copy(
+            update={
+                "subquestion_id": subquestion_id,
+                "sources": [s.model_copy(update={"subquestion_id": subquestion_id}) for s in self.sources],
+                "errors": [e.model_copy(update={"subquestion_id": subquestion_id}) for e in self.errors],
+            }
+        )
+
 
 def research(
     store: EvidenceStore,

@@ -89,15 +89,20 @@ def test_a_change_of_model_or_caps_misses_and_refresh_recomputes(
     prefect_api: None, server: RoleServer, tmp_path: Path
 ) -> None:
     db = ingested(tmp_path, PAGES)
-    _, first = calls_during(server, lambda: run(server, db, tmp_path))
+    # One research round, so that every run verifies the same pages (follow-ups read the claims).
+    one_round = {"caps.followups_max": 0}
+    _, first = calls_during(server, lambda: run(server, db, tmp_path, **one_round))
 
-    _, other_model = calls_during(server, lambda: run(server, db, tmp_path, **{"defaults.model": "another"}))
-    _, fewer_claims = calls_during(server, lambda: run(server, db, tmp_path, **{"caps.claims_per_page": 1}))
-    _, refreshed = calls_during(server, lambda: run(server, db, tmp_path, refresh=True))
+    _, other_model = calls_during(
+        server, lambda: run(server, db, tmp_path, **one_round, **{"defaults.model": "another"})
+    )
+    _, fewer_claims = calls_during(
+        server, lambda: run(server, db, tmp_path, **one_round, **{"caps.claims_per_page": 1})
+    )
+    _, refreshed = calls_during(server, lambda: run(server, db, tmp_path, refresh=True, **one_round))
 
     assert other_model == first  # every role asked again
-    # The plan does not depend on it; the planner's follow-up call reads the claims, so it is asked again.
-    assert set(fewer_claims) == {"follow-up", "verifier", "synthesiser", "critic"}
+    assert set(fewer_claims) == {"verifier", "synthesiser", "critic"}  # the plan does not depend on it
     assert fewer_claims["verifier"] == first["verifier"]
     assert refreshed == first
 
@@ -106,17 +111,18 @@ def test_a_changed_page_is_the_only_one_verified_again(
     prefect_api: None, server: RoleServer, tmp_path: Path
 ) -> None:
     db = ingested(tmp_path, PAGES)
-    _, first = calls_during(server, lambda: run(server, db, tmp_path))
+    # One research round: follow-ups read the changed claims, so they may ask new questions of any page.
+    one_round = {"caps.followups_max": 0}
+    _, first = calls_during(server, lambda: run(server, db, tmp_path, **one_round))
     text = PAGES[0]["text"].replace("by Jane Doe", "by Jane Doe and John Roe")
     changed = [{**PAGES[0], "text": text}, PAGES[1]]
     corpus = tmp_path / "changed.jsonl"
     corpus.write_text("".join(json.dumps(page) + "\n" for page in changed), encoding="utf-8")
     ingest_paths(get_store(db), [corpus])
 
-    report, second = calls_during(server, lambda: run(server, db, tmp_path))
+    report, second = calls_during(server, lambda: run(server, db, tmp_path, **one_round))
 
-    # The plan's inputs did not change; the follow-up call reads the changed claims.
-    assert "planner" not in second and second["follow-up"] == 1
+    assert "planner" not in second  # the question and the plan's inputs did not change
     # Each sub-question read the changed page once; the unchanged page's verdicts were reused.
     assert 0 < second["verifier"] < first["verifier"]
     assert any("John Roe" in claim.quote for claim in report.claims)

@@ -50,6 +50,7 @@ def test_every_page_is_verified_at_the_same_time(
     db = ingested(tmp_path, pages)
     settings = {"db": str(db), "reports": str(tmp_path / "reports"), **models_for(slow_server)}
     settings["models.max_concurrent_per_endpoint"] = REMOTE_CONCURRENCY
+    settings["caps.followups_max"] = 0  # one research round: a second one is verified after the first
     state = research_flow(question=QUESTION, settings=settings, return_state=True)
     report = state.result(raise_on_failure=False)
     assert isinstance(report, Report), state.message

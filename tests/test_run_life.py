@@ -149,6 +149,8 @@ def test_a_run_killed_mid_verification_is_resumed_and_marked_crashed(
             CITEFLOW_PROVIDER_ORDER="searxng",
             # Every verification in flight at once (a loopback endpoint gets one slot by default).
             CITEFLOW_MODELS__MAX_CONCURRENT_PER_ENDPOINT="16",
+            # One research round, so the re-run's model requests are only those the killed run owed.
+            CITEFLOW_CAPS__FOLLOWUPS_MAX="0",
         )
         first = start(db, server, env, "--search", "searxng", question=WEB_QUESTION)
         wait_for(lambda: server.calls["verifier"] >= 4, first)  # 2 answered, 2 stalled in flight
