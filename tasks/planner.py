@@ -157,9 +157,10 @@ def enforce_follow_ups(
 
 
 def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) -> list[SubQuestion]:
-    """The second round's sub-questions, from what the first round verified (`evidence`). Behind a model
-    planner's follow-ups come the fallback planner's (its rules ask about each bridge entity the claims
-    name), up to the limit; a model that cannot answer leaves them to those rules, recorded."""
+    """The second round's sub-questions, from what the first round verified (`evidence`). With a model
+    planner, the fallback planner's follow-ups (its rules ask about each bridge entity the claims name)
+    come first and the model's questions after them, up to the limit; a model that cannot answer leaves
+    them to those rules, recorded."""
     if limit < 1:
         return []
     try:
@@ -177,7 +178,11 @@ def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) 
         )
         step.outcome = Outcome.degraded
     if engine.fallback is not None:
-        proposed = [*proposed, *engine.fallback.planner.follow_up(evidence, limit)]
+        # The rules' follow-ups first: they ask about every bridge entity the claims name, and a small
+        # model's proposals were claims restated, not questions (hotpotqa, Qwen2.5 1.5B). The model's
+        # questions fill what is left of the limit.
+        asked = [sub for sub in proposed if sub.text.rstrip().endswith("?")]
+        proposed = [*engine.fallback.planner.follow_up(evidence, limit), *asked]
     followups = enforce_follow_ups(evidence.subquestions, proposed, limit)
     step.detail = f"{len(followups)} follow-up sub-questions"
     return followups

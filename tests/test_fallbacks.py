@@ -33,7 +33,7 @@ from citeflow.llm.errors import InvalidReply
 from citeflow.roles import CAVEAT_MAX_CHARS, Degradation, DegradationLog, Engine, degradation_caveats
 from storage.store import EvidenceStore
 from tasks.finish import error_caveat
-from tasks.planner import plan
+from tasks.planner import follow_up, plan
 from tasks.tracing import Step
 from tasks.verifier import page_windows, verify_page
 from tasks.writer import EngineSteps, LoopEnd, Review, reported, write_report
@@ -358,3 +358,20 @@ def test_caveat_lines_are_short_and_one_line() -> None:
         and "\n" not in line
         and line.startswith("research for q2: line one line two")
     )
+
+
+def test_the_rules_follow_ups_come_first_and_a_model_follow_up_that_is_no_question_is_dropped() -> None:
+    class Restating:
+        def follow_up(self, evidence: SynthesisInput, limit: int) -> list[SubQuestion]:
+            return [
+                SubQuestion(id="f0", position=0, text="Acme Corp makes anvils.", query="anvils"),
+                SubQuestion(id="f1", position=1, text="Where is Dayton?", query="Dayton Ohio city"),
+            ]
+
+    engine = model_engine(planner=Restating())
+    rules = extractive_engine().planner.follow_up(REQUEST, 5)
+
+    followups = follow_up(engine, REQUEST, 5, Step())
+
+    assert rules and [s.text for s in followups] == [*(s.text for s in rules), "Where is Dayton?"][:5]
+    assert "Acme Corp makes anvils." not in [s.text for s in followups]
