@@ -143,3 +143,11 @@ class Engine:
     # `windows_max` of them. None: the whole page in one call.
     window_chars: int | None = None
     windows_max: int = 1
+
+    def fallback_for(self, role: str) -> Engine | None:
+        """The engine to fall back to for `role` ("planner", "extractor", "synthesiser", "critic"): the
+        fallback, unless it already plays that role here (a role with no model of its own), when falling
+        back, topping up or flooring with it would only repeat the same work and blame a model."""
+        if self.fallback is None or getattr(self, role) is getattr(self.fallback, role):
+            return None
+        return self.fallback

@@ -72,11 +72,12 @@ def plan(
         proposed, failure = [], error
     usable = [sub for sub in proposed if about_question(question, sub)]
     subquestions = enforce_plan(question, usable, max_subquestions)
-    if engine.fallback is not None:
+    fallback = engine.fallback_for("planner")
+    if fallback is not None:
         short = failure is not None or len(subquestions) < min(min_subquestions, max_subquestions)
         # The fallback's sub-questions fill the plan to its cap: its rule-made searches for each
         # entity of the question find pages a model's wording misses, and cost no call.
-        fill = engine.fallback.planner.plan(question, max_subquestions)
+        fill = fallback.planner.plan(question, max_subquestions)
         subquestions = enforce_plan(question, usable, max_subquestions, fill, max_subquestions)
         if short:
             record_plan_fallback(engine, failure, len(proposed), len(usable), min_subquestions)
@@ -163,10 +164,11 @@ def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) 
     them to those rules, recorded."""
     if limit < 1:
         return []
+    fallback = engine.fallback_for("planner")
     try:
         proposed = engine.planner.follow_up(evidence, limit)
     except DegradableError as error:
-        if engine.fallback is None:
+        if fallback is None:
             raise
         proposed = []
         engine.degradations.add(
@@ -177,12 +179,12 @@ def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) 
             "planner's were asked.",
         )
         step.outcome = Outcome.degraded
-    if engine.fallback is not None:
+    if fallback is not None:
         # The rules' follow-ups first: they ask about every bridge entity the claims name, and a small
         # model's proposals were claims restated, not questions (hotpotqa, Qwen2.5 1.5B). The model's
         # questions fill what is left of the limit.
         asked = [sub for sub in proposed if sub.text.rstrip().endswith("?")]
-        proposed = [*engine.fallback.planner.follow_up(evidence, limit), *asked]
+        proposed = [*fallback.planner.follow_up(evidence, limit), *asked]
     followups = enforce_follow_ups(evidence.subquestions, proposed, limit)
     step.detail = f"{len(followups)} follow-up sub-questions"
     return followups

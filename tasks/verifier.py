@@ -141,10 +141,11 @@ def verify_page(
             first_number=first,
         )
 
-    if engine.fallback is not None and not about(subquestion, page):
+    fallback = engine.fallback_for("extractor")
+    if fallback is not None and not about(subquestion, page):
         # Not worth a model call; the extractive extractor, which costs none, reads it as it would alone.
         step.detail = f"page {page.id}: not about the sub-question, so no model was asked"
-        return checked(engine.fallback.extractor.extract(subquestion, page, claims_per_page), 1)
+        return checked(fallback.extractor.extract(subquestion, page, claims_per_page), 1)
     windows = page_windows(page.text, engine.window_chars, subquestion.query, engine.windows_max)
     failure: DegradableError | None = None
     try:
@@ -157,7 +158,7 @@ def verify_page(
     step.detail = f"page {page.id}: {len(drafts)} claims proposed, {verified} verified" + (
         f", from {read}" if read else ""
     )
-    if engine.fallback is None:
+    if fallback is None:
         return claims
     # The extractive extractor's claims come beside the model's (each proposer within the claims cap),
     # those repeating a verified model quote left out: the model path keeps the evidence the extractive
@@ -165,7 +166,7 @@ def verify_page(
     have = [normalise(c.quote).casefold() for c in claims if c.status is ClaimStatus.verified]
     extra = [
         draft
-        for draft in engine.fallback.extractor.extract(subquestion, page, claims_per_page)
+        for draft in fallback.extractor.extract(subquestion, page, claims_per_page)
         if not any(_overlaps(normalise(draft.quote).casefold(), quote) for quote in have)
     ][:claims_per_page]
     added = checked(extra, len(claims) + 1)

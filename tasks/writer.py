@@ -91,7 +91,8 @@ def critique(engine: Engine, request: SynthesisInput, draft: Draft) -> tuple[Cri
     try:
         return engine.critic.review(request, draft), True
     except DegradableError as error:
-        if engine.fallback is None:
+        fallback = engine.fallback_for("critic")
+        if fallback is None:
             raise
         engine.degradations.add(
             "critic",
@@ -99,26 +100,27 @@ def critique(engine: Engine, request: SynthesisInput, draft: Draft) -> tuple[Cri
             str(error),
             f"The critic model did not judge a draft ({error.what}); the mechanical checks judged it.",
         )
-        return engine.fallback.critic.review(request, draft), True
+        return fallback.critic.review(request, draft), True
 
 
 def draft_report(engine: Engine, request: SynthesisInput) -> tuple[Draft, int]:
     """A draft from the synthesiser, its citations pruned, and how many were dropped. The fallback
     synthesiser's draft from the same claims replaces one that could not be written, or whose every
     sentence fails the mechanical checks."""
+    fallback = engine.fallback_for("synthesiser")
     try:
         draft, why, reason = engine.synthesiser.write(request), "", ""
     except DegradableError as error:
-        if engine.fallback is None:
+        if fallback is None:
             raise
         draft, why, reason = Draft(sentences=[]), error.what, str(error)
     draft, dropped = prune_citations(draft, request.claims)
-    if engine.fallback is not None and request.claims and not why:
+    if fallback is not None and request.claims and not why:
         verdict = mechanical_critique(draft, request.claims)
         if len(failing_sentences(draft, verdict)) == len(draft.sentences):
             why = "failed the checks in every sentence"
             reason = f"every one of the draft's {len(draft.sentences)} sentences failed: {verdict.notes}"
-    if why and engine.fallback is not None:
+    if why and fallback is not None:
         engine.degradations.add(
             "synthesiser",
             "report",
@@ -126,7 +128,7 @@ def draft_report(engine: Engine, request: SynthesisInput) -> tuple[Draft, int]:
             f"The synthesiser model's draft {why}; the extractive draft from the same claims was used.",
         )
         fresh = request.model_copy(update={"previous": None, "critique": None})
-        draft, dropped = prune_citations(engine.fallback.synthesiser.write(fresh), request.claims)
+        draft, dropped = prune_citations(fallback.synthesiser.write(fresh), request.claims)
     return draft, dropped
 
 
@@ -213,12 +215,13 @@ def with_extractive_floor(engine: Engine, request: SynthesisInput, draft: Draft)
     claims that no sentence of the draft passing the checks reports (`reported`): a model that writes one
     sentence where the extractive report gives the answer and its support must not lose them. Recorded as
     a degradation; unchanged without a fallback, or when the draft already says it all."""
-    if engine.fallback is None:
+    fallback = engine.fallback_for("synthesiser")
+    if fallback is None:
         return draft
     failing = failing_sentences(draft, mechanical_critique(draft, request.claims))
     kept = [sentence for n, sentence in enumerate(draft.sentences) if n not in failing]
     fresh = request.model_copy(update={"previous": None, "critique": None})
-    floor, _ = prune_citations(engine.fallback.synthesiser.write(fresh), request.claims)
+    floor, _ = prune_citations(fallback.synthesiser.write(fresh), request.claims)
     missing = [sentence for sentence in floor.sentences if not reported(sentence, kept)]
     if not missing:
         return draft

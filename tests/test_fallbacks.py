@@ -19,6 +19,7 @@ from citeflow.contracts import (
     Draft,
     DraftSentence,
     Origin,
+    Outcome,
     Page,
     PageInput,
     RunError,
@@ -375,3 +376,21 @@ def test_the_rules_follow_ups_come_first_and_a_model_follow_up_that_is_no_questi
 
     assert rules and [s.text for s in followups] == [*(s.text for s in rules), "Where is Dayton?"][:5]
     assert "Acme Corp makes anvils." not in [s.text for s in followups]
+
+
+def test_a_role_no_model_plays_neither_falls_back_nor_is_topped_up_twice(store: EvidenceStore) -> None:
+    # A model writes; the extractive engine plans and verifies, so there is nothing to fall back from.
+    engine = model_engine(synthesiser=OneSentence("Jane Doe founded Acme Corp.", "S1"))
+    haymo = "What language were books being translated into during the era of Haymo of Faversham?"
+    planned = Step()
+
+    subquestions = plan(engine, haymo, 5, 3, planned)
+
+    assert subquestions == plan(extractive_engine(), haymo, 5, 3, Step())  # short of 3, as it is alone
+    page = put(store)
+    verified = Step()
+    claims = verify_page(engine, "r1", SUB, page, "C1", 3, 20, 0.6, verified)
+    assert claims == verify_page(extractive_engine(), "r1", SUB, page, "C1", 3, 20, 0.6, Step())
+    assert "extractive:" not in verified.detail  # the page was read once, not again as a top-up
+    assert engine.degradations.drain() == []
+    assert (planned.outcome, verified.outcome) == (Outcome.ok, Outcome.ok)
