@@ -18,7 +18,7 @@ from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
 from citeflow.roles import Engine
 from citeflow.text import content_stems, normalise
-from tasks.caching import StageKey, cached_unless_degraded, role_identity
+from tasks.caching import StageKey, cached_unless_degraded, evidence_parts, role_identity
 from tasks.context import current_run
 from tasks.retries import not_rejected
 from tasks.tracing import Step, traced
@@ -191,12 +191,11 @@ def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) 
 
 
 def _follow_up_key(inputs: dict[str, Any]) -> list[Any]:
-    """What the planner is shown (the run id each claim carries is not part of it), who plays it and
-    the limit."""
+    """What the planner is shown (evidence_parts), who plays it and the limit."""
     settings = current_run().settings
     evidence: SynthesisInput = inputs["evidence"]
     return [
-        evidence.model_dump(mode="json", exclude={"claims": {"__all__": {"run_id"}}}),
+        evidence_parts(evidence),
         role_identity(settings, RoleName.planner),
         settings.caps.followups_max,
     ]

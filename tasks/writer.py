@@ -29,7 +29,7 @@ from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
 from citeflow.roles import Engine
 from citeflow.verify import content_support
-from tasks.caching import StageKey, cached_unless_degraded, fresh, role_identity
+from tasks.caching import StageKey, cached_unless_degraded, evidence_parts, fresh, role_identity
 from tasks.context import current_run
 from tasks.retries import not_rejected
 from tasks.tracing import traced
@@ -236,18 +236,13 @@ def with_extractive_floor(engine: Engine, request: SynthesisInput, draft: Draft)
     return Draft(sentences=[*draft.sentences, *missing])
 
 
-def _request_parts(request: SynthesisInput) -> dict[str, Any]:
-    """What a writer is shown of a request: the run id each claim carries is not part of it."""
-    return request.model_dump(mode="json", exclude={"claims": {"__all__": {"run_id"}}})
-
-
 def _synthesise_key(inputs: dict[str, Any]) -> list[Any]:
-    return [_request_parts(inputs["request"]), role_identity(current_run().settings, RoleName.synthesiser)]
+    return [evidence_parts(inputs["request"]), role_identity(current_run().settings, RoleName.synthesiser)]
 
 
 def _critique_key(inputs: dict[str, Any]) -> list[Any]:
     return [
-        _request_parts(inputs["request"]),
+        evidence_parts(inputs["request"]),
         inputs["draft"],
         role_identity(current_run().settings, RoleName.critic),
     ]
