@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from citeflow.errors import InputError
-from citeflow.llm.discovery import only_model, public_url
 from citeflow.llm.settings import Limits, ModelSettings, Price, RoleConfig, RoleName
 from citeflow.web.settings import WebSettings
 
@@ -252,6 +251,9 @@ def _with_served_models(settings: Settings, env: Mapping[str, str], sources: dic
             continue  # nothing of its own: [defaults] holds its endpoint and model
         if "base_url" not in merged or "model" in merged:
             continue
+        # Imported here: the openai client costs 0.3 s of start-up, and only this lookup needs it.
+        from citeflow.llm.discovery import only_model, public_url
+
         url = str(merged["base_url"])
         if url not in served:
             key_env = str(merged.get("api_key_env", RoleConfig.model_fields["api_key_env"].default))
