@@ -1,6 +1,6 @@
 """The four roles a research run needs, one small interface each.
 
-The extractive engine (citeflow/extractive.py) plays every role with no model; model-backed
+The extractive engine (citeflow/extractive/engine.py) plays every role with no model; model-backed
 roles implement the same interfaces. The flow only ever talks to an `Engine`.
 
 A model-backed role that cannot give a usable answer raises citeflow.llm.errors.DegradableError; the

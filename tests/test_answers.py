@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from citeflow.answers import (
+from citeflow.checks import mechanical_critique
+from citeflow.contracts import Claim, ClaimStatus, Draft, Source, SubQuestion, SynthesisInput
+from citeflow.extractive import ExtractivePlanner
+from citeflow.extractive.answer import (
     Answerer,
     bridges,
     chains,
@@ -14,10 +17,7 @@ from citeflow.answers import (
     names_title,
     title_subjects,
 )
-from citeflow.checks import mechanical_critique
-from citeflow.contracts import Claim, ClaimStatus, Draft, Source, SubQuestion, SynthesisInput
-from citeflow.extractive import ExtractivePlanner
-from citeflow.questions import read_question
+from citeflow.extractive.question import read_question
 
 READ = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -217,7 +217,7 @@ def test_choice_by_dates_names_the_earlier_and_cites_it() -> None:
 
 
 def test_a_claim_names_a_page_by_its_whole_subject() -> None:
-    from citeflow.answers import names_page
+    from citeflow.extractive.answer import names_page
 
     [leland] = gather(
         request("Q?", page("S1", "Chloë Leland", "She is the daughter of director David Leland."))
@@ -228,7 +228,7 @@ def test_a_claim_names_a_page_by_its_whole_subject() -> None:
 
 
 def test_in_what_year_wants_a_year_the_question_does_not_give() -> None:
-    from citeflow.answers import offers_answer
+    from citeflow.extractive.answer import offers_answer
 
     question = "In what year was the man who resigned before the election of 2000 born?"
     election = page(

@@ -23,7 +23,7 @@ from citeflow.contracts import (
     SynthesisInput,
 )
 from citeflow.extractive import ExtractiveExtractor, ExtractivePlanner, extractive_engine
-from citeflow.questions import key_phrases, name_spans
+from citeflow.extractive.question import key_phrases, name_spans
 from citeflow.text import content_words, normalise
 from citeflow.verify import verify_drafts
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from citeflow.questions import Asks, Form, Order, name_spans, question_sides, read_question
+from citeflow.extractive.question import Asks, Form, Order, name_spans, question_sides, read_question
 from citeflow.text import stem
 
 

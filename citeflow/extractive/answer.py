@@ -26,7 +26,7 @@ from enum import IntEnum
 
 from citeflow.checks import claims_by_source, classify
 from citeflow.contracts import Claim, ClaimStatus, DraftSentence, SentenceCheck, SynthesisInput
-from citeflow.questions import (
+from citeflow.extractive.question import (
     DEMONYM,
     INITIALS,
     QUOTED,

@@ -1,9 +1,9 @@
 """The extractive engine: every role played by deterministic rules, with no model.
 
 It is a real product mode (offline, or when no model endpoint is configured), not a test double:
-the planner splits the question by rules (citeflow/questions.py) and follows up the entities the
+the planner splits the question by rules (citeflow/extractive/question.py) and follows up the entities the
 verified claims name, the extractor quotes the page's own sentences, the synthesiser writes the quote
-that answers first and then those that support it (citeflow/answers.py), and the critic is the
+that answers first and then those that support it (citeflow/extractive/answer.py), and the critic is the
 mechanical checks.
 """
 
@@ -13,7 +13,6 @@ import math
 import re
 from dataclasses import dataclass
 
-from citeflow.answers import Answerer, bridges, gather, names_title
 from citeflow.checks import mechanical_critique
 from citeflow.config import Caps
 from citeflow.contracts import (
@@ -24,7 +23,8 @@ from citeflow.contracts import (
     SubQuestion,
     SynthesisInput,
 )
-from citeflow.questions import key_phrases, question_entities, question_sides, read_question
+from citeflow.extractive.answer import Answerer, bridges, gather, names_title
+from citeflow.extractive.question import key_phrases, question_entities, question_sides, read_question
 from citeflow.roles import Engine
 from citeflow.text import content_stems, content_words, normalise, prose_sentences
 
@@ -146,7 +146,7 @@ class ExtractivePlanner:
         ]
 
     def follow_up(self, evidence: SynthesisInput, limit: int) -> list[SubQuestion]:
-        """Sub-questions about the bridge entities the verified claims name (citeflow/answers.py): "born
+        """Sub-questions about the bridge entities the verified claims name (answer.py): "born
         in Young, New South Wales" leads to Young when the question asks about the birthplace."""
         shape = read_question(evidence.question)
         found = bridges(shape, gather(evidence), limit)
@@ -192,7 +192,7 @@ class ExtractiveExtractor:
 
 
 class ExtractiveSynthesiser:
-    """The answer first, then the few claims that support it (citeflow/answers.py); when the claims do
+    """The answer first, then the few claims that support it (answer.py); when the claims do
     not answer the question, only the related ones, and no answer sentence. Every sentence is a
     verified claim's own words, or a verdict ("The answer is no.") the claims after it decide."""
 
