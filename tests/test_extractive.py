@@ -64,25 +64,30 @@ def test_plans_for_every_eval_question_are_well_formed(eval_questions: list[str]
 @pytest.mark.parametrize(
     ("question", "sides"),
     [
+        ("Are Tomas Brell and Anika Sorvald both film directors?", ["Tomas Brell", "Anika Sorvald"]),
+        ("Who is the oldest, Perrin Adler or Lisette Vaugh?", ["Perrin Adler", "Lisette Vaugh"]),
         (
-            "Are Christopher Nolan and Sathish Kalathil both film directors?",
-            ["Christopher Nolan", "Sathish Kalathil"],
-        ),
-        ("Who is the oldest, Sid Haig or Vic Darchinyan?", ["Sid Haig", "Vic Darchinyan"]),
-        (
-            "Which magazine was published first, Guitar World or Science News?",
-            ["Guitar World", "Science News"],
-        ),
-        ("Which band was formed first The Exies or Circus Diablo ?", ["Exies", "Circus Diablo"]),
-        (
-            "Are both magazines, the Woman's Viewpoint and Pick Me Up, British publications?",
-            ["Woman's", "Pick Me Up"],
+            "Which magazine was published first, Harbour Weekly or Velmora Review?",
+            ["Harbour Weekly", "Velmora Review"],
         ),
         (
-            "Between Iain Banks and Irwin Shaw, which writer has had a more diverse career?",
-            ["Iain Banks", "Irwin Shaw"],
+            "Which band was formed first The Gravel Saints or Low Tide Choir ?",
+            ["Gravel Saints", "Low Tide Choir"],
         ),
-        ("Are Nantong and Jingdezhen situated in the same province ?", ["Nantong", "Jingdezhen"]),
+        (
+            "Are both journals, the Sailor's Almanac and Look Sharp Now, Danish publications?",
+            ["Sailor's Almanac", "Look Sharp Now"],
+        ),
+        (
+            "Between Ida Marsh and Otto Benn, which writer has had a more varied career?",
+            ["Ida Marsh", "Otto Benn"],
+        ),
+        ("Are Oskarby and Velmora situated in the same region ?", ["Oskarby", "Velmora"]),
+        ("Who was born later, Julian or Adrian?", ["Julian", "Adrian"]),
+        (
+            "Do both films The Glass Orchard and Winter Parade have directors from the same country?",
+            ["Glass Orchard", "Winter Parade"],
+        ),
     ],
 )
 def test_comparisons_are_split_one_sub_question_per_side(question: str, sides: list[str]) -> None:
@@ -95,43 +100,43 @@ def test_comparisons_are_split_one_sub_question_per_side(question: str, sides: l
 
 
 def test_side_texts_read_as_questions() -> None:
-    plan = PLANNER.plan("Are Christopher Nolan and Sathish Kalathil both film directors?", 5)
+    plan = PLANNER.plan("Are Tomas Brell and Anika Sorvald both film directors?", 5)
     assert [sub.text for sub in plan[1:3]] == [
-        "Is Christopher Nolan a film director?",
-        "Is Sathish Kalathil a film director?",
+        "Is Tomas Brell a film director?",
+        "Is Anika Sorvald a film director?",
     ]
     assert (
-        PLANNER.plan("Who is the oldest, Sid Haig or Vic Darchinyan?", 5)[1].text == "When was Sid Haig born?"
+        PLANNER.plan("Who is the oldest, Perrin Adler or Lisette Vaugh?", 5)[1].text
+        == "When was Perrin Adler born?"
+    )
+    assert (
+        PLANNER.plan("Who was born later, Perrin Adler or Lisette Vaugh?", 5)[2].text
+        == "When was Lisette Vaugh born?"
     )
 
 
 def test_entities_get_their_own_query_and_conjunctions_are_split() -> None:
     plan = PLANNER.plan(
-        "What role did Ed Roland and Adam Duritz perform in their bands, Collective Soul and Counting Crows?",
-        5,
+        "What role did Ivo Lund and Ada Fenn play in their bands, Low Tide Choir and Gravel Saints?", 5
     )
     assert len(plan) == 5
     assert [sub.query.split(" role")[0] for sub in plan[1:]] == [
-        "Ed Roland",
-        "Adam Duritz",
-        "Collective Soul",
-        "Counting Crows",
+        "Ivo Lund",
+        "Ada Fenn",
+        "Low Tide Choir",
+        "Gravel Saints",
     ]
-    assert plan[1].text == "What is known about Ed Roland?"
+    assert plan[1].text == "What is known about Ivo Lund?"
 
 
 def test_quoted_titles_and_years_are_entities() -> None:
-    plan = PLANNER.plan(
-        'Who was Audrey Williams pregnant with during the recording of "Dear Brother" in 1950?', 5
-    )
-    assert [sub.query.split()[0] for sub in plan[1:4]] == ["Audrey", "Dear", "1950"]
+    plan = PLANNER.plan('Who was Maren Holt married to during the recording of "Salt Roads" in 1961?', 5)
+    assert [sub.query.split()[0] for sub in plan[1:4]] == ["Maren", "Salt", "1961"]
 
 
 def test_no_padding_when_the_question_names_one_thing() -> None:
-    plan = PLANNER.plan(
-        "What language were books being translated into during the era of Haymo of Faversham?", 5
-    )
-    # No "What is known about Haymo of Faversham?" nor about "the era" (its one key phrase): their queries
+    plan = PLANNER.plan("What language were hymns being sung in during the reign of Alder of Kellmoor?", 5)
+    # No "What is known about Alder of Kellmoor?" nor about "the era" (its one key phrase): their queries
     # would repeat the question's. The page that links to the named one is the second round's to find.
     assert len(plan) == 1
     assert PLANNER.plan("What is it?", 5) == PLANNER.plan("What is it?", 1)
@@ -167,15 +172,15 @@ def test_an_entity_free_question_gets_its_subject_and_key_phrases_as_sub_questio
     [
         (QUICKSTART, ["citeflow", "a quote", "a page"], [("citeflow",), ("quote",), ("page",)]),
         (
-            "Which of the two tornado outbreaks killed the most people?",
-            ["the two tornado outbreaks", "the people"],
-            [("two", "tornado", "outbreaks"), ("people",)],
+            "Which of the two harbour floods destroyed the most boats?",
+            ["the two harbour floods", "the boats"],
+            [("two", "harbour", "floods"), ("boats",)],
         ),
         # A name is not a key phrase, "what city" is what is asked for, "known" ends the phrase.
         (
-            "Notable speakers at the Brisbane Institute include a painter known for what city?",
-            ["a painter"],
-            [("painter",)],
+            "Notable members of the Velmora Guild include a weaver known for what city?",
+            ["a weaver"],
+            [("weaver",)],
         ),
         ("How does the verifier work?", ["the verifier"], [("verifier",)]),
     ],
@@ -190,7 +195,7 @@ def test_key_phrases(question: str, shown: list[str], words: list[tuple[str, ...
     "question",
     [
         "How does citeflow work?",  # two content words: nothing to search that the question does not
-        "Charles Andrews graduated from what college preparatory boys' school?",  # no key phrase left
+        "Ida Marsh trained at what naval pilots' academy?",  # no key phrase left
     ],
 )
 def test_no_facets_that_repeat_the_question(question: str) -> None:
@@ -303,7 +308,7 @@ def test_extractor_gives_nothing_for_an_unrelated_page() -> None:
 
 SUBQUESTIONS = [
     SubQuestion(id="q1", position=0, text="Q?", query="Q"),
-    SubQuestion(id="q2", position=1, text="What is known about Christopher Nolan?", query="Nolan"),
+    SubQuestion(id="q2", position=1, text="What is known about Tomas Brell?", query="Brell"),
 ]
 
 
@@ -324,13 +329,11 @@ def verified(claim_id: str, subquestion_id: str, text: str, source_id: str, star
 
 
 CLAIMS = [
-    verified(
-        "C2.1", "q2", "Christopher Nolan (born 30 July 1970) is an English-American film director.", "S1"
-    ),
-    verified("C1.1", "q1", "Sathish Kalathil is an Indian film and documentary director and producer.", "S2"),
+    verified("C2.1", "q2", "Tomas Brell (born 12 May 1951) is a Danish-Swedish film director.", "S1"),
+    verified("C1.1", "q1", "Anika Sorvald is a Vestmark film and documentary director and producer.", "S2"),
     # The same sentence on a mirror page: written once only.
-    verified("C1.2", "q1", "Sathish Kalathil is an Indian film and documentary director and producer.", "S3"),
-    verified("C2.2", "q2", "Nolan's films have grossed over $4.7 billion worldwide.", "S1", 80),
+    verified("C1.2", "q1", "Anika Sorvald is a Vestmark film and documentary director and producer.", "S3"),
+    verified("C2.2", "q2", "Brell's films have grossed over $2.1 billion worldwide.", "S1", 80),
 ]
 SOURCES = [
     Source(
@@ -340,9 +343,9 @@ SOURCES = [
         title=title,
         stored_at=datetime(2024, 1, 1, tzinfo=UTC),
     )
-    for n, title in ((1, "Christopher Nolan"), (2, "Sathish Kalathil"), (3, "Sathish Kalathil (mirror)"))
+    for n, title in ((1, "Tomas Brell"), (2, "Anika Sorvald"), (3, "Anika Sorvald (mirror)"))
 ]
-BOTH = "Are Christopher Nolan and Sathish Kalathil both film directors?"
+BOTH = "Are Tomas Brell and Anika Sorvald both film directors?"
 
 
 def request(**update: object) -> SynthesisInput:
@@ -353,9 +356,9 @@ def request(**update: object) -> SynthesisInput:
 def test_synthesiser_answers_first_and_passes_the_mechanical_critique() -> None:
     engine = extractive_engine()
     draft = engine.synthesiser.write(request())
-    # A verdict, then the claim of each side's own page that decides it; nothing else.
+    # A verdict citing the claims that decide it, then those claims; nothing else.
     assert [(s.section, s.cites, s.text) for s in draft.sentences] == [
-        ("", [], "The answer is yes."),
+        ("", ["S1", "S2"], "Yes: Tomas Brell and Anika Sorvald are both film directors."),
         ("", ["S1"], CLAIMS[0].text),
         ("", ["S2"], CLAIMS[1].text),
     ]
@@ -372,10 +375,10 @@ def test_synthesiser_says_nothing_is_an_answer_when_a_side_has_no_page() -> None
 
 def test_synthesiser_skips_rejected_and_unnumbered_claims() -> None:
     rejected = CLAIMS[0].model_copy(
-        update={"id": "C9.1", "status": ClaimStatus.rejected, "text": "Nolan lives on Mars now."}
+        update={"id": "C9.1", "status": ClaimStatus.rejected, "text": "Brell lives on Mars now."}
     )
     unnumbered = CLAIMS[3].model_copy(
-        update={"id": "C9.2", "source_id": None, "text": "Nolan owns a very large dog."}
+        update={"id": "C9.2", "source_id": None, "text": "Brell owns a very large dog."}
     )
     draft = extractive_engine().synthesiser.write(request(claims=[rejected, unnumbered]))
     assert draft.sentences == []

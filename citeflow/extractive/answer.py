@@ -18,14 +18,12 @@ answers. The constants were set on hotpotqa-100 with and without each question's
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from enum import IntEnum
+from dataclasses import dataclass
 
 from citeflow.checks import claims_by_source, classify
 from citeflow.contracts import Claim, ClaimStatus, DraftSentence, SentenceCheck, SynthesisInput
+from citeflow.extractive import rank
 from citeflow.extractive.question import (
     DEMONYM,
     INITIALS,
@@ -37,6 +35,7 @@ from citeflow.extractive.question import (
     QuestionShape,
     name_spans,
 )
+from citeflow.extractive.rank import SLOT_WEIGHT, Anchor, Weights, canonical, chain_stems, relation_stems
 from citeflow.text import STOPWORDS, content_stems, content_words, numbers, words
 
 # At most this many sentences support an answer, after the sentences that give it.
@@ -55,8 +54,9 @@ DESCRIBED_SHARE = 0.5
 # For a follow-up (only a search), a page is described by a claim showing this share of the relation:
 # "the runner-up in the 1999 World Drivers' Championship" is a small part of a question about a game.
 FOLLOW_DESCRIBED_SHARE = 0.25
-# The words next to the question word count this many times more in the claim that answers.
-SLOT_WEIGHT = 2.0
+# Nouns whose value is a nationality adjective ("American") as often as a name.
+_NATIONALITY = frozenset(relation_stems("country nationality"))
+[_NATIONAL] = relation_stems("nationality")
 # In "the same X?", a side's value is a name at most this many words from its claim's "X".
 SAME_NEAR_WORDS = 3
 # A bridge named further than this many words from the relation words its claim shares with the
@@ -189,53 +189,12 @@ def gather(request: SynthesisInput) -> list[Evidence]:
             claim=claim,
             source_id=claim.source_id or "",
             title=titles[claim.source_id or ""],
-            stems=frozenset(content_stems(claim.text)),
+            stems=relation_stems(claim.text) | _value_stems(claim.text),
             names=tuple(claim_names(claim.text)),
             first=claim.quote_start is not None and claim.quote_start == earliest.get(claim.page_id),
         )
         for claim in claims
     ]
-
-
-@dataclass
-class Weights:
-    """How much each relation stem counts: a stem most claims share ("film") tells chains apart less.
-    Stems next to the question word count again in an answering claim, by their nearness."""
-
-    relation: frozenset[str]
-    slot: dict[str, float] = field(default_factory=dict)
-    weight: dict[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def of(
-        cls, relation: frozenset[str], evidence: list[Evidence], slot: tuple[tuple[str, float], ...] = ()
-    ) -> Weights:
-        total = max(len(evidence), 1)
-        near = dict(slot)
-        weight = {}
-        for stem in relation | set(near):
-            count = sum(stem in item.stems for item in evidence)
-            weight[stem] = math.log(1 + total / (1 + count)) + 0.1
-        return cls(relation, near, weight)
-
-    def cover(self, stems: Iterable[str]) -> float:
-        return sum(self.weight[stem] for stem in set(stems) & self.relation)
-
-    def slot_cover(self, stems: Iterable[str]) -> float:
-        return sum(self.weight[stem] * self.slot[stem] for stem in set(stems) & set(self.slot))
-
-    @property
-    def whole(self) -> float:
-        return self.cover(self.relation)
-
-    @property
-    def mean(self) -> float:
-        """The weight of a typical relation stem (1.0 for a question with none)."""
-        return self.whole / len(self.relation) if self.relation else 1.0
-
-    @property
-    def slot_whole(self) -> float:
-        return self.slot_cover(self.slot)
 
 
 def _question_words(shape: QuestionShape) -> set[str]:
@@ -256,23 +215,9 @@ def offers_answer(item: Evidence, shape: QuestionShape) -> bool:
         )
     if shape.asks in (Asks.person, Asks.place):
         return any(not _name_words(name) <= asked for name in item.names)
+    if dict(shape.slot).get(_NATIONAL, 0.0) >= 1.0:  # "what nationality": one must be stated
+        return bool(_value_stems(text))
     return bool(set(content_words(text)) - asked)
-
-
-class Anchor(IntEnum):
-    """How surely a page is one the question is about; a chain starts on an anchor page."""
-
-    none = 0
-    described = 1  # a claim on it shows much of what the question says: "the runner-up in the 1999 ..."
-    titled = 2  # its title contains one of the question's names, or is contained in one
-    named = 3  # the question names everything its title names
-
-
-# How far a chain from each kind of anchor page is trusted. A chain from a page the question names is
-# taken at its word; one from a page the question only describes must show nearly all of the question
-# to pass, since with the right pages missing a page of the same description still matches it.
-# (On hotpotqa-100 with each question's gold pages removed, lower trust said "answered" more often.)
-ANCHOR_TRUST = {Anchor.none: 0.0, Anchor.described: 0.25, Anchor.titled: 0.33, Anchor.named: 1.0}
 
 
 @dataclass(frozen=True)
@@ -302,10 +247,11 @@ def anchors(
     (choosing follow-ups, which are only searches), FOLLOW_DESCRIBED_SHARE is enough, and so is a claim
     that mentions one of the question's names."""
     share = FOLLOW_DESCRIBED_SHARE if following else DESCRIBED_SHARE
+    named_text = shape.text.replace(shape.head, " ", 1) if shape.head else shape.text
     kinds = {}
     for page, items in pages_of(evidence).items():
         title = items[0].title
-        if names_title(shape.text, title):
+        if names_title(named_text, title):
             kinds[page] = Anchor.named
         elif any(is_about(title, name) for name in shape.entities):
             kinds[page] = Anchor.titled
@@ -323,6 +269,12 @@ def anchors(
             kinds[page] = Anchor.described
         else:
             kinds[page] = Anchor.none
+    # Entity linking: a claim is about the entity its page is about. Once a page about one of the
+    # question's names is read, an answer starts there (or reaches another page through a claim that
+    # names it), never on a page about someone else that merely matches the description ("her husband"
+    # on another woman's page). A follow-up search may still start from such a page.
+    if not following and any(kind >= Anchor.titled for kind in kinds.values()):
+        kinds = {page: Anchor.none if kind is Anchor.described else kind for page, kind in kinds.items()}
     return kinds
 
 
@@ -405,16 +357,13 @@ def chains(shape: QuestionShape, evidence: list[Evidence], weights: Weights) -> 
 def _chain_cover(items: tuple[Evidence, ...], others: list[str], weights: Weights) -> float:
     """The relation the claims show, and the question's names other than the anchor's that they mention:
     a chain that reaches "the Mississippi Education Reform Act" from the institute's page says more."""
-    stems = frozenset().union(*(item.stems for item in items))
+    stems = chain_stems([item.stems for item in items])
     mentioned = sum(any(mentions(item.claim.text, name) for item in items) for name in others)
     return weights.cover(stems) + mentioned * weights.mean
 
 
 def chain_score(chain: Chain, weights: Weights) -> float:
-    """How well the chain answers: the relation it shows, the answering claim's words next to the
-    question word, discounted by how surely its anchor is what the question is about."""
-    shown = chain.cover + SLOT_WEIGHT * weights.slot_cover(chain.answer.stems)
-    return shown * ANCHOR_TRUST[chain.anchor]
+    return rank.chain_score(chain.cover, chain.answer.stems, chain.anchor, weights)
 
 
 @dataclass(frozen=True)
@@ -428,10 +377,12 @@ def bridges(shape: QuestionShape, evidence: list[Evidence], limit: int) -> list[
     their claims still lack (what the other page must say): names in the claims of anchor pages, best
     claims first, and the subjects of pages found by description (whose own page is read already, so
     the search is for pages that name them: "the runner-up in the 1999 ... appears on the cover of ...").
-    Comparisons name both their sides and need none."""
-    if shape.form is not Form.open or limit < 1:
+    A comparison or verdict gets each side's own: see `side_bridges`."""
+    if limit < 1:
         return []
-    weights = Weights.of(shape.relation, evidence, shape.slot)
+    if shape.form is not Form.open:
+        return side_bridges(shape, evidence, limit)
+    weights = Weights.of(shape.relation, [item.stems for item in evidence], shape.slot)
     kinds = anchors(shape, evidence, weights, following=True)
     ranked = sorted(
         (item for item in evidence if kinds[item.page] is not Anchor.none),
@@ -448,7 +399,7 @@ def bridges(shape: QuestionShape, evidence: list[Evidence], limit: int) -> list[
         missing = [
             word
             for word in dict.fromkeys(content_words(shape.text))
-            if content_stems(word) and content_stems(word)[0] in shape.relation - item.stems
+            if content_stems(word) and canonical(content_stems(word)[0]) in shape.relation - item.stems
         ]
         chosen.append(Bridge(name, " ".join([name, *missing])))
         return len(chosen) == limit
@@ -469,6 +420,71 @@ def bridges(shape: QuestionShape, evidence: list[Evidence], limit: int) -> list[
     return chosen
 
 
+def side_bridges(shape: QuestionShape, evidence: list[Evidence], limit: int) -> list[Bridge]:
+    """Each side's second hop, taking turns between the sides: a side whose own page was not read is
+    looked up itself; otherwise the names its page's claims give next to the question's relation words
+    ("directed by Z" for "directors from the same country"), nearest first, with the words the other page
+    must say ("Z country")."""
+    weights = Weights.of(shape.relation | shape.predicate, [item.stems for item in evidence], shape.slot)
+    wanted = [
+        word
+        for word in dict.fromkeys(content_words(shape.text))
+        if not _name_words(word) <= _side_words(shape)
+    ]
+    per_side: list[list[Bridge]] = []
+    for side in shape.sides:
+        own = _side_evidence(side, evidence)
+        if not own:
+            per_side.append([Bridge(side, " ".join([side, *wanted]))])
+            continue
+        if _settled(shape, own):
+            continue
+        names: list[tuple[int, str]] = []
+        for item in own:
+            if weights.cover(item.stems) <= 0:
+                continue
+            names += [
+                (_distance(item, name, weights), name) for name in item.names if _is_bridge(name, shape, item)
+            ]
+        value_words = [
+            word for word in wanted if canonical((content_stems(word) or [""])[0]) not in _role_stems(own)
+        ]
+        per_side.append([Bridge(name, " ".join([name, *value_words])) for _, name in sorted(names)])
+    chosen: list[Bridge] = []
+    seen: set[str] = set()
+    for round_ in range(max((len(found) for found in per_side), default=0)):
+        for found in per_side:
+            if round_ < len(found) and (key := " ".join(sorted(_name_words(found[round_].name)))) not in seen:
+                seen.add(key)
+                chosen.append(found[round_])
+                if len(chosen) == limit:
+                    return chosen
+    return chosen
+
+
+def _settled(shape: QuestionShape, own: list[Evidence]) -> bool:
+    """Whether a side's own page already gives what the comparison reads from it: the predicate of
+    "both", the value of "the same X" (when no role such as "directors" sends it to another page), the
+    date of a choice by dates."""
+    shown = _role_stems(own)
+    if shape.form is Form.same:
+        noun = set(content_stems(shape.same_noun))
+        role = shape.predicate - {canonical(stem) for stem in noun}
+        return not role and any(_value_near(item, noun) for item in own)
+    if shape.form is Form.choice and shape.order is not None:
+        return any((found := _event_date(item.claim.text, shape.predicate)) and found[0] > 0 for item in own)
+    return shape.predicate <= shown
+
+
+def _side_words(shape: QuestionShape) -> set[str]:
+    return set().union(*(_name_words(side) for side in shape.sides)) if shape.sides else set()
+
+
+def _role_stems(items: list[Evidence]) -> set[str]:
+    """Stems the side's own claims show already: the other page need not repeat them."""
+    return set().union(*(item.stems for item in items)) if items else set()
+
+
 def _distance(item: Evidence, name: str, weights: Weights) -> int:
     """Words between the name and the nearest relation word the claim shares with the question."""
     tokens = words(item.claim.text)
@@ -479,9 +495,18 @@ def _distance(item: Evidence, name: str, weights: Weights) -> int:
     near = [
         abs(index - at)
         for index, token in enumerate(tokens)
-        if token not in STOPWORDS and content_stems(token)[:1] and content_stems(token)[0] in weights.relation
+        if token not in STOPWORDS
+        and content_stems(token)[:1]
+        and canonical(content_stems(token)[0]) in weights.relation
     ]
     return min(near, default=BRIDGE_NEAR_WORDS)
+
+
+def _value_stems(text: str) -> frozenset[str]:
+    """Relations a claim shows by the kind of value it states: a nationality adjective ("a Danish
+    sculptor") states a nationality without the word."""
+    adjectives = [word for word in re.findall(r"\b[A-Z][a-z]+\b", text) if DEMONYM.search(word.casefold())]
+    return frozenset(_NATIONALITY) if adjectives else frozenset()
 
 
 @dataclass
@@ -512,9 +537,12 @@ def _side_evidence(side: str, evidence: list[Evidence]) -> list[Evidence]:
     return [item for item in evidence if is_named(item.title, side)]
 
 
-def _date(text: str) -> tuple[int, int, int] | None:
-    """The first date a claim states, as (year, month, day); month and day 0 when it gives a year only."""
-    found: list[tuple[int, tuple[int, int, int]]] = []
+Date = tuple[int, int, int]
+
+
+def _dates(text: str) -> list[tuple[int, Date]]:
+    """Every date a claim states with its position, as (year, month, day); month and day 0 for a year."""
+    found: list[tuple[int, Date]] = []
     for match in _DAY_MONTH_YEAR.finditer(text):
         month = _MONTHS.get(match.group(2).casefold())
         if month:
@@ -523,9 +551,38 @@ def _date(text: str) -> tuple[int, int, int] | None:
         month = _MONTHS.get(match.group(1).casefold())
         if month:
             found.append((match.start(), (int(match.group(3)), month, int(match.group(2)))))
+    spans = [(start, start + 12) for start, _ in found]
+    for match in YEAR.finditer(text):
+        if not any(start <= match.start() < end for start, end in spans):
+            found.append((match.start(), (int(match.group(1)), 0, 0)))
+    return sorted(found)
+
+
+[_BORN], [_DIED] = relation_stems("born"), relation_stems("died")
+
+
+def _event_date(text: str, predicate: frozenset[str]) -> tuple[int, Date] | None:
+    """The date of the event the question compares, with how surely it is that date (2: next to the
+    event's word, "born on 3 May 1950"; 1: a life's dates in brackets, "(3 May 1950 - 1 June 2001)", the
+    first for a birth, the last for a death; 0: the claim's first date)."""
+    found = _dates(text)
     if not found:
-        found = [(match.start(), (int(match.group(1)), 0, 0)) for match in YEAR.finditer(text)]
-    return min(found)[1] if found else None
+        return None
+    said = [
+        match.end()
+        for match in re.finditer(r"[\w'-]+", text)
+        if canonical((content_stems(match.group().casefold()) or [""])[0]) in predicate
+    ]
+    after = [(position - end, date) for position, date in found for end in said if 0 <= position - end <= 40]
+    if after:
+        return 2, min(after)[1]
+    bracket = re.search(r"\(([^()]*)\)", text)
+    inside = [date for position, date in found if bracket and bracket.start() < position < bracket.end()]
+    if inside and _BORN in predicate:
+        return 1, inside[0]
+    if inside and _DIED in predicate and len(inside) > 1:
+        return 1, inside[-1]
+    return 0, found[0][1]
 
 
 def _name_near(item: Evidence, noun: set[str]) -> str | None:
@@ -554,6 +611,54 @@ def _name_near(item: Evidence, noun: set[str]) -> str | None:
     return min(ranked)[2] if ranked else None
 
 
+def _value_near(item: Evidence, noun: set[str]) -> str | None:
+    """The claim's value for the noun: the name next to it ("Jiangsu province"), or, for a country or
+    nationality, the nationality adjective of the sentence ("an American film director")."""
+    value = _name_near(item, noun)
+    if value:  # as the claim writes it
+        written = re.search(r"\W+".join(map(re.escape, value.split())), item.claim.text, re.IGNORECASE)
+        return written.group() if written else value
+    if {canonical(stem) for stem in noun} & _NATIONALITY:
+        found = [
+            word
+            for word in re.findall(r"\b[A-Z][a-z]+\b", item.claim.text)
+            if DEMONYM.search(word.casefold())
+        ]
+        return found[0] if found else None
+    return None
+
+
+def _role_names(items: list[Evidence], role: frozenset[str]) -> list[str]:
+    """The names a side's claims give next to its role word, nearest first: "directed by Z" -> Z."""
+    ranked: list[tuple[int, str]] = []
+    for item in items:
+        if not role & item.stems:
+            continue
+        tokens = words(item.claim.text)
+        at = [
+            index
+            for index, token in enumerate(tokens)
+            if canonical((content_stems(token) or [""])[0]) in role
+        ]
+        for name in item.names:
+            first = words(name)[:1]
+            if at and first and first[0] in tokens and not is_about(item.title, name):
+                ranked.append((min(abs(tokens.index(first[0]) - index) for index in at), name))
+    return [name for _, name in sorted(ranked)]
+
+
+def _second_hop(items: list[Evidence], role: frozenset[str], evidence: list[Evidence]) -> list[Evidence]:
+    """The claims of the page a side's claims name next to its role word: "directed by Z" on the film's
+    page leads to Z's page, when Z's page was read."""
+    pages = pages_of(evidence)
+    own = {item.page for item in items}
+    for name in _role_names(items, role):
+        for page, claims in pages.items():
+            if page not in own and is_named(claims[0].title, name):
+                return claims
+    return []
+
+
 def _verdict(text: str, cites: list[str], claims: list[Claim]) -> DraftSentence | None:
     """A short composed sentence, kept only if it passes the same mechanical check as any other."""
     sentence = DraftSentence(text=text, cites=cites, section="")
@@ -568,7 +673,9 @@ class Answerer:
         self.request = request
         self.shape = shape
         self.evidence = gather(request)
-        self.weights = Weights.of(shape.relation | shape.predicate, self.evidence, shape.slot)
+        self.weights = Weights.of(
+            shape.relation | shape.predicate, [item.stems for item in self.evidence], shape.slot
+        )
 
     def answer(self) -> Answer:
         if not self.evidence:
@@ -659,45 +766,85 @@ class Answerer:
         )
         return best
 
+    def _verdict(self, holds: bool, reason: str, deciding: list[Evidence]) -> DraftSentence | None:
+        """ "Yes: ..." or "No: ...", citing the claims that decide it; the reason names the sides (and their
+        values) in the claims' own words, so the sentence passes the mechanical check of any other. With a
+        reason the claims do not support, the bare sides are named instead."""
+        cites = list(dict.fromkeys(item.source_id for item in deciding))
+        claims = [item.claim for item in self.evidence]
+        word = "Yes" if holds else "No"
+        bare = f"{word}: {' and '.join(self.shape.sides)}."
+        for text in [f"{word}: {reason}."] * bool(reason) + [bare]:
+            verdict = _verdict(text, cites, claims)
+            if verdict is not None:
+                return verdict
+        return None
+
     def _both(self, sides: dict[str, list[Evidence]]) -> Answer:
         predicate = self.shape.predicate
         deciding = {side: self._deciding(items, predicate) for side, items in sides.items()}
-        holds = all(predicate <= item.stems for item in deciding.values())
-        verdict = DraftSentence(text=f"The answer is {'yes' if holds else 'no'}.", section="")
-        return Answer([verdict, *(_sentence(item, "") for item in deciding.values())], [])
+        holding = [side for side, item in deciding.items() if predicate <= item.stems]
+        holds = len(holding) == len(deciding)
+        shown = self.shape.predicate_text
+        if holds:
+            reason = f"{' and '.join(deciding)} are both {shown}" if len(deciding) > 1 else f"{holding[0]}"
+        else:
+            lacking = [side for side in deciding if side not in holding]
+            reason = f"the claims on {' and '.join(lacking)} do not say {shown}" if shown else ""
+        verdict = self._verdict(holds, reason, list(deciding.values()))
+        lead = [_sentence(item, "") for item in deciding.values()]
+        return Answer([verdict, *lead] if verdict else lead, [])
 
     def _same(self, sides: dict[str, list[Evidence]]) -> Answer:
         """ "In the same province?": yes when the sides' claims name the same thing next to "province",
-        no when they name different ones; no verdict when a side's claims never say "province"."""
+        no when they name different ones. A question about each side's someone ("directors from the same
+        country") takes each side's second hop: the name next to the role word on the side's page
+        ("directed by Z"), then the value on Z's own page. No verdict when a side's value is not found."""
         noun = set(content_stems(self.shape.same_noun))
+        role = self.shape.predicate - {canonical(stem) for stem in noun}
         side_words = set().union(*(_name_words(side) for side in sides))
-        values: dict[str, set[str]] = {}
-        deciding: dict[str, Evidence] = {}
+        values: dict[str, str] = {}
+        deciding: dict[str, list[Evidence]] = {}
         for side, items in sides.items():
-            deciding[side] = self._deciding(items, frozenset(noun))
-            for item in items:
-                value = _name_near(item, noun)
-                if value and not _name_words(value) <= side_words:
-                    values[side], deciding[side] = {" ".join(sorted(_name_words(value)))}, item
+            # The page the side names by the role word comes first; the side's own page when none was read.
+            hops = [items]
+            if role and _role_names(items, role):  # "directed by Z": Z's own page decides, or nothing does
+                hops = [hop] if (hop := _second_hop(items, role, self.evidence)) else []
+            for own in hops:
+                if side in values:
                     break
-        lead = [_sentence(item, "") for item in deciding.values()]
-        if len(values) == len(sides):
-            first, *rest = values.values()
-            shared = first.intersection(*rest)
-            lead.insert(0, DraftSentence(text=f"The answer is {'yes' if shared else 'no'}.", section=""))
-        return Answer(lead, [])
+                for item in sorted(own, key=lambda item: not item.first):
+                    value = _value_near(item, noun)
+                    if value and not _name_words(value) <= side_words:
+                        values[side] = value
+                        links = [link for link in items if link.page != item.page and role & link.stems]
+                        deciding[side] = [*links[:1], item]
+                        break
+        if len(values) < len(sides):
+            found = [
+                _sentence(item, item.claim.subquestion_id) for items in sides.values() for item in items[:1]
+            ]
+            return Answer([], found)  # cannot decide: the report says the answer was not found
+        keys = {side: " ".join(sorted(_name_words(value))) for side, value in values.items()}
+        holds = len(set(keys.values())) == 1
+        reason = ", ".join(f"{values[side]} for {side}" for side in sides)
+        chosen = [item for items in deciding.values() for item in items]
+        verdict = self._verdict(holds, reason, chosen)
+        lead = [_sentence(item, "") for item in chosen]
+        return Answer([verdict, *lead] if verdict else lead, [])
 
     def _choice(self, sides: dict[str, list[Evidence]]) -> Answer:
         predicate = self.shape.predicate
         deciding = {side: self._deciding(items, predicate) for side, items in sides.items()}
         winner: str | None = None
         if self.shape.order is not None:
-            dated: dict[str, tuple[int, int, int]] = {}
+            dated: dict[str, Date] = {}
             for side, items in sides.items():
-                with_date = [item for item in items if _date(item.claim.text)]
-                if with_date:
-                    deciding[side] = self._deciding(with_date, predicate)
-                    dated[side] = _date(deciding[side].claim.text) or (0, 0, 0)
+                read = [(found, item) for item in items if (found := _event_date(item.claim.text, predicate))]
+                if read:
+                    (_, dated[side]), deciding[side] = max(
+                        read, key=lambda pair: (pair[0][0], pair[1].first, -items.index(pair[1]))
+                    )
             if len(dated) == len(sides) and len(set(dated.values())) == len(dated):
                 ranked = sorted(dated, key=lambda side: dated[side])
                 winner = ranked[0] if self.shape.order is Order.earliest else ranked[-1]

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from citeflow.extractive.rank import canonical, relation_stems
 from citeflow.text import STOPWORDS, content_stems, normalise
 
 # The subject of "How does X ...?" has at most this many words: in a longer run of content words
@@ -43,11 +44,14 @@ _NAME_CONNECTORS = frozenset(
         "&",
     ]
 )
-# Capitalised words that start a question or an instruction but never a name.
-_NOT_NAMES = (
-    frozenset(["name", "list", "describe", "explain", "tell", "give", "notable", "besides"]) | STOPWORDS
+# Prepositions that may open a question ("Besides X, ...", "Apart from X"): grammar, never part of a name.
+_OPENING_PREPOSITIONS = frozenset(
+    "about above across after against along among apart around before behind below beside besides between "  # noqa: SIM905
+    "beyond despite during except excluding following including inside like near outside regarding since "
+    "through throughout toward towards under unlike until upon within without".split()
 )
-# Nationality adjectives ("Indian film photographer") name no page of their own.
+# Nationality and language adjectives by their endings ("Indian", "Danish", "Japanese"): read as an
+# adjective, not a name, only where an adjective stands, before a lower-case word ("Indian film").
 DEMONYM = re.compile(r"(?:ian|ish|ese|ean|can|ern)$|^(?:english|french|dutch|welsh|german|greek|thai|swiss)$")
 INITIALS = re.compile(r"(?:[^\W\d_]\.)+")
 YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b")
@@ -63,7 +67,7 @@ _SINGULAR_AUX = {
 }
 _PAIR = re.compile(r"^(Are|Is|Were|Was|Do|Does|Did)\s+(both\s+)?(.+?)\s+and\s+(.+?)\s*\?*$", re.IGNORECASE)
 _PREPOSITIONS = frozenset(["in", "of", "from", "at", "on", "with", "for", "by", "to", "as"])
-_AGE = re.compile(r"\b(older|oldest|younger|youngest|born first|born earlier)\b", re.IGNORECASE)
+_AGE = re.compile(r"\b(older|oldest|younger|youngest|born|died|age)\b", re.IGNORECASE)
 _FIRST = re.compile(r"\b(first|earlier|earliest)\b", re.IGNORECASE)
 _EVENT = re.compile(r"\b(formed|founded|published|released|established|created|built|opened|started)\b")
 # A key phrase of the question follows one of these: "a quote", "on the page". ("that" is left out: in a
@@ -99,7 +103,10 @@ def _tokens(text: str) -> list[_Token]:
         initial = bool(INITIALS.fullmatch(stripped))  # "E.", "D.P.": the stop is part of the name
         if stripped.endswith(".") and not initial:
             stripped = stripped[:-1]
-        ends = raw[-1] in ',;:?!()"' or (raw.endswith(".") and not initial)
+        possessive = re.search(r"['\u2019]s?$", stripped) is not None and len(stripped) > 2
+        if possessive:  # "Maren Holt's husband": the name ends before its possessive
+            stripped = re.sub(r"['\u2019]s?$", "", stripped)
+        ends = raw[-1] in ',;:?!()"' or (raw.endswith(".") and not initial) or possessive
         tokens.append(_Token(stripped, ends, raw[0] in '([{"'))
     return tokens
 
@@ -118,17 +125,36 @@ def _continues_name(tokens: list[_Token], index: int) -> bool:
     return index < len(tokens) and _is_capitalised(tokens[index].text)
 
 
-def name_spans(text: str) -> list[str]:
-    """Capitalised multi-word spans and single names ("Christopher Nolan", "Haymo of Faversham")."""
-    spans: list[list[str]] = []
+def _is_modifier(word: str, following: _Token | None) -> bool:
+    """A one-word span that is a nationality adjective before its noun: "Indian film photographer"."""
+    return (
+        bool(DEMONYM.search(word.casefold()))
+        and following is not None
+        and following.text[:1].islower()
+        and following.text.casefold() not in STOPWORDS
+    )
+
+
+def name_spans(text: str, question: bool = False) -> list[str]:
+    """Capitalised multi-word spans and single names ("Christopher Nolan", "Haymo of Faversham").
+
+    In a `question`, the first word is capitalised by grammar: alone before a lower-case word ("Name the
+    ...", "Place of birth of ...", "Notable alumni of ...") or as an opening preposition ("Besides X")
+    it names nothing."""
+    spans: list[tuple[list[str], int]] = []  # words, and the index of the token after them
     current: list[str] = []
     tokens = _tokens(text)
     for index, token in enumerate(tokens):
         word = token.text
         if token.opens and current:  # "the Philadelphia Eagles (1941, ...)": the bracket ends the name
-            spans.append(current)
+            spans.append((current, index))
             current = []
-        if _is_capitalised(word) and not (not current and word.casefold() in _NOT_NAMES):
+        opening = question and index == 0
+        if opening and word.casefold() in _OPENING_PREPOSITIONS:
+            continue
+        if opening and tokens[1:2] and tokens[1].text[:1].islower() and not token.ends_span:
+            continue
+        if _is_capitalised(word) and not (not current and word.casefold() in STOPWORDS):
             current.append(word)
         elif current and word[:1].isdigit():
             current.append(word)  # "Big Hero 6", "BWV 1033"
@@ -137,19 +163,20 @@ def name_spans(text: str) -> list[str]:
             continue
         else:
             if current:
-                spans.append(current)
+                spans.append((current, index))
             current = []
             continue
         if token.ends_span:
-            spans.append(current)
+            spans.append((current, len(tokens)))  # punctuation ends it: nothing follows as its noun
             current = []
     if current:
-        spans.append(current)
+        spans.append((current, len(tokens)))
     names = []
-    for span in spans:
+    for span, after in spans:
         while span and (span[-1].casefold() in _NAME_CONNECTORS or span[-1].casefold() in STOPWORDS):
             span = span[:-1]
-        if len(span) == 1 and (len(span[0]) < 2 or DEMONYM.search(span[0].casefold())):
+        following = tokens[after] if after < len(tokens) else None
+        if len(span) == 1 and (len(span[0]) < 2 or _is_modifier(span[0], following)):
             continue
         if span:
             names.append(" ".join(span))
@@ -187,6 +214,8 @@ def pair_sides(question: str) -> list[Side]:
         return []
     aux, both, before, after = match.groups()
     first = before.rsplit(",", 1)[1] if both and "," in before else before
+    # "Do both films X and Y ...": the lower-case words before the first name say what the sides are.
+    first = re.sub(r"^(?:[a-z][\w'-]*\s+)+(?=[A-Z\d\"])", "", first.strip())
     if both and "," in after:
         second, predicate = after.split(",", 1)
     elif " both " in f" {after} ":
@@ -242,7 +271,7 @@ def question_entities(question: str) -> list[str]:
     text = normalise(question)
     quoted = [title.strip() for title in QUOTED.findall(text)]
     rest = QUOTED.sub(" , ", text)
-    names = name_spans(rest)
+    names = name_spans(rest, question=True)
     multi = [name for name in names if len(name.split()) > 1]
     single = [name for name in names if len(name.split()) == 1 and not YEAR.fullmatch(name)]
     years = [match.group(1) for match in YEAR.finditer(text)]
@@ -369,6 +398,9 @@ class QuestionShape:
     order: Order | None = None  # for a choice decided by dates
     # Stems next to the question word, each with its nearness (1 / words away): "godfather is whom".
     slot: tuple[tuple[str, float], ...] = ()
+    predicate_text: str = ""  # the predicate as the question says it: "film directors"
+    # What a verbless question asks for: "Place of birth" (no name: a page so titled is no anchor).
+    head: str = ""
 
 
 def _last_sentence(question: str) -> str:
@@ -400,12 +432,41 @@ def _asking_word(sentence: list[str]) -> int | None:
     return led[-1] if led else candidates[-1]
 
 
+def verbless_head(question: str) -> str:
+    """What a question with no question word and no verb asks for: "Place of birth of the performer of
+    song X?" -> "Place of birth"; "Date of death of the director of film Y?" -> "Date of death";
+    "Nationality of X?" -> "Nationality". Empty for any other question."""
+    sentence = _last_sentence(question).strip()
+    found = re.match(r"^([A-Za-z]+(?:\s+of\s+[a-z]+)?)\s+of\s+\S", sentence)
+    if not found or found.group(1).split()[0].casefold() in _WH | _AUXILIARY_OPENERS:
+        return ""
+    return found.group(1)
+
+
+def _kind_stems(head: str) -> set[str]:
+    """The stems of the head's kind noun ("place", "date"): they say what is asked, no claim repeats them."""
+    first = head.split()[0].casefold() if head else ""
+    return _stems(first) if first in _TIME_NOUNS | _PLACE_NOUNS else set()
+
+
+def _head_kind(head: str) -> Asks:
+    """The kind a verbless head asks for, from its first noun: a place, a time, else a thing."""
+    first = head.split()[0].casefold() if head else ""
+    if first in _TIME_NOUNS:
+        return Asks.time
+    if first in _PLACE_NOUNS or first == "birthplace":
+        return Asks.place
+    return Asks.thing
+
+
 def _asks(question: str) -> Asks:
     """The kind of answer, from the question word that asks; "thing" when nothing says more."""
     sentence = [word.casefold() for word in re.findall(r"[\w'-]+|,", _last_sentence(question))]
     where = _asking_word(sentence)
     if where is None:
-        return Asks.yes_no if sentence and sentence[0] in _AUXILIARY_OPENERS else Asks.thing
+        if sentence and sentence[0] in _AUXILIARY_OPENERS:
+            return Asks.yes_no
+        return _head_kind(verbless_head(question))
     if _NUMBER_WORDS.search(question):
         return Asks.number
     word = sentence[where]
@@ -425,7 +486,7 @@ def _asks(question: str) -> Asks:
 
 
 def _stems(text: str) -> set[str]:
-    return set(content_stems(text))
+    return set(relation_stems(text))
 
 
 def _slot(question: str, named: set[str]) -> tuple[tuple[str, float], ...]:
@@ -438,11 +499,12 @@ def _slot(question: str, named: set[str]) -> tuple[tuple[str, float], ...]:
     sentence = [word.casefold() for word in raw]
     where = _asking_word(sentence)
     if where is None:
-        return ()
+        head = verbless_head(question)  # "Place of birth": what the answer's sentence says ("born in")
+        return tuple(sorted({stem: 1.0 for stem in _stems(head) - named - _kind_stems(head)}.items()))
     near: dict[str, float] = {}
 
     def take(word: str, nearness: float) -> bool:
-        stems = [stem for stem in content_stems(word) if stem not in named]
+        stems = [canonical(stem) for stem in content_stems(word) if canonical(stem) not in named]
         for stem in stems:
             near[stem] = max(near.get(stem, 0.0), nearness)
         return bool(stems)
@@ -487,10 +549,14 @@ def read_question(question: str) -> QuestionShape:
     same = _SAME.search(text)
     if pair and same:
         noun = same.group(1).casefold()
-        return QuestionShape(text, Form.same, Asks.yes_no, sides, entities, relation, frozenset(), noun)
+        role = frozenset(_stems(pair[0].extra) - side_stems - asking)
+        return QuestionShape(text, Form.same, Asks.yes_no, sides, entities, relation, role, noun)
     if pair:
         predicate = frozenset(_stems(pair[0].extra) - side_stems - asking - {"both"})
-        return QuestionShape(text, Form.both, Asks.yes_no, sides, entities, relation, predicate)
+        shown = pair[0].extra.strip(" ?")
+        return QuestionShape(
+            text, Form.both, Asks.yes_no, sides, entities, relation, predicate, predicate_text=shown
+        )
     if choice:
         stem_words = re.split(r",|\bor\b", text)[0]
         predicate = frozenset(_stems(stem_words) - side_stems - asking)
@@ -505,4 +571,8 @@ def read_question(question: str) -> QuestionShape:
         predicate = frozenset(_stems(text) - own_stems - asking)
         return QuestionShape(text, Form.both, Asks.yes_no, own, entities, relation, predicate)
     slot = _slot(text, named)
-    return QuestionShape(text, Form.open, _asks(text), (), entities, relation, frozenset(), slot=slot)
+    head = verbless_head(text)
+    relation = relation - _kind_stems(head)
+    return QuestionShape(
+        text, Form.open, _asks(text), (), entities, relation, frozenset(), slot=slot, head=head
+    )
