@@ -313,3 +313,14 @@ def test_a_comparison_also_shows_what_each_side_is() -> None:
     texts = [sentence.text for sentence in answer(question, benn, lund).sentences]
     assert texts[0] == "The answer is Ivo Lund."
     assert lund[1][0].text in texts  # the full name the answer is known by
+
+
+def test_more_compares_the_numbers_next_to_the_predicate() -> None:
+    question = "Which town has the larger population, Oskarby or Rusk?"
+    oskarby = page("S1", "Oskarby", "Oskarby was founded in 1642.", "Oskarby has a population of 7,212.")
+    rusk = page("S2", "Rusk", "Rusk is a port with a population of 12,040 people.")
+    draft = answer(question, oskarby, rusk)
+    assert (draft.sentences[0].text, draft.sentences[0].cites) == ("The answer is Rusk.", ["S2"])
+    smaller = answer("Which town has the smaller population, Oskarby or Rusk?", oskarby, rusk)
+    assert smaller.sentences[0].text == "The answer is Oskarby."
+    assert oskarby[1][1].text in [sentence.text for sentence in smaller.sentences]  # the number, not 1642

@@ -126,3 +126,13 @@ def test_relation_leaves_names_and_asking_words_out() -> None:
 def test_a_bracket_ends_a_name() -> None:
     assert name_spans("He sailed for the Velmora Rowing Club (1931, 1935–1939).") == ["Velmora Rowing Club"]
     assert name_spans("Opus 12 and Suite 3 were listed.") == ["Opus 12", "Suite 3"]
+
+
+def test_the_direction_of_a_choice_comes_from_its_comparative() -> None:
+    assert read_question("Which town has the larger population, Oskarby or Rusk?").order is Order.most
+    assert (
+        read_question("Which band has fewer members, Low Tide Choir or Gravel Saints?").order is Order.least
+    )
+    assert read_question("Who was born earlier, Ida Marsh or Otto Benn?").order is Order.earliest
+    # Saying "born" sets no direction: the sides' places are compared, not their dates.
+    assert read_question("Who was born in Rusk, Ida Marsh or Otto Benn?").order is None

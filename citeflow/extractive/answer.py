@@ -3,14 +3,18 @@ and which entities a second research round should look up.
 
 The extractive synthesiser writes its report from `answer`, and the extractive planner asks follow-up
 questions about what `bridges` finds. Only verified claims and the titles of their pages are read. Every
-sentence proposed is a verified claim, or a short verdict ("The answer is no.") followed by the claims
-that decide it; when the claims do not answer the question, no answer is proposed at all.
+sentence proposed is a verified claim, or a short verdict ("No: French for A, American for B.") that
+cites the claims deciding it; when the claims do not answer the question, no answer is proposed at all.
 
 A multi-hop question reaches its answer through a chain: a claim on a page the question is about (the
 anchor) names another entity (the bridge), or a claim on the bridge's page names the anchor, and a claim
 on the bridge's page states what the question asks. A page is an anchor when the question names its title
 outright, less surely when its title contains one of the question's names, least when a claim on it
-matches what the question describes ("the runner-up in the 1999 World Drivers' Championship"). The best
+matches what the question describes ("the runner-up in the 1999 World Drivers' Championship"); once a page
+about one of the question's names is read, only such pages anchor an answer (entity linking: a claim is
+about what its page is about). The chain's score is rank.py's. Comparisons read each side's value (a date,
+a name next to the compared noun, a nationality) from its own page or from the page its role word names
+("directed by Z"), and apply the question's direction. The best
 chain shows most of the question's relation words (each weighted by how rare it is among the claims) and
 of the words next to its question word, discounted by how sure its anchor is; below a threshold, nothing
 answers. The constants were set on hotpotqa-100 with and without each question's gold pages.
@@ -611,6 +615,35 @@ def _name_near(item: Evidence, noun: set[str]) -> str | None:
     return min(ranked)[2] if ranked else None
 
 
+_SCALE = {"thousand": 1e3, "million": 1e6, "billion": 1e9}
+
+
+def _quantity(items: list[Evidence], predicate: frozenset[str]) -> tuple[float, Evidence] | None:
+    """A side's number for "more" or "fewer": the number in its claims nearest a word of the question's
+    predicate ("a population of 7,212", "12 million copies"), scaled by a following "million"; years are
+    dates, not quantities. None when no claim states one next to the predicate."""
+    best: tuple[int, float, Evidence] | None = None
+    for item in items:
+        tokens = re.findall(r"[\w.,'-]+", item.claim.text)
+        at = [
+            index
+            for index, token in enumerate(tokens)
+            if canonical((content_stems(token.casefold().strip(".,")) or [""])[0]) in predicate
+        ]
+        for index, token in enumerate(tokens):
+            raw = token.strip(".,")
+            if not re.fullmatch(r"\d[\d,]*(?:\.\d+)?", raw) or (YEAR.fullmatch(raw) and "," not in raw):
+                continue
+            distance = min((abs(index - where) for where in at), default=None)
+            if distance is None or distance > SAME_NEAR_WORDS + 2:
+                continue
+            following = tokens[index + 1].casefold().strip(".,") if index + 1 < len(tokens) else ""
+            value = float(raw.replace(",", "")) * _SCALE.get(following, 1.0)
+            if best is None or distance < best[0]:
+                best = (distance, value, item)
+    return (best[1], best[2]) if best else None
+
+
 def _value_near(item: Evidence, noun: set[str]) -> str | None:
     """The claim's value for the noun: the name next to it ("Jiangsu province"), or, for a country or
     nationality, the nationality adjective of the sentence ("an American film director")."""
@@ -837,7 +870,13 @@ class Answerer:
         predicate = self.shape.predicate
         deciding = {side: self._deciding(items, predicate) for side, items in sides.items()}
         winner: str | None = None
-        if self.shape.order is not None:
+        if self.shape.order in (Order.most, Order.least):
+            counted = {side: found for side, items in sides.items() if (found := _quantity(items, predicate))}
+            if len(counted) == len(sides) and len({value for value, _ in counted.values()}) == len(counted):
+                ranked = sorted(counted, key=lambda side: counted[side][0])
+                winner = ranked[-1] if self.shape.order is Order.most else ranked[0]
+                deciding.update({side: item for side, (_, item) in counted.items()})
+        elif self.shape.order in (Order.earliest, Order.latest):
             dated: dict[str, Date] = {}
             for side, items in sides.items():
                 read = [(found, item) for item in items if (found := _event_date(item.claim.text, predicate))]
@@ -848,7 +887,8 @@ class Answerer:
             if len(dated) == len(sides) and len(set(dated.values())) == len(dated):
                 ranked = sorted(dated, key=lambda side: dated[side])
                 winner = ranked[0] if self.shape.order is Order.earliest else ranked[-1]
-        else:
+        if winner is None and self.shape.order not in (Order.earliest, Order.latest):
+            # No number on every side ("a more varied career"): the side whose claim shows the predicate.
             shown = {side: len(predicate & item.stems) for side, item in deciding.items()}
             top = max(shown.values())
             leaders = [side for side, count in shown.items() if count == top]

@@ -194,7 +194,7 @@ class ExtractiveExtractor:
 class ExtractiveSynthesiser:
     """The answer first, then the few claims that support it (answer.py); when the claims do
     not answer the question, only the related ones, and no answer sentence. Every sentence is a
-    verified claim's own words, or a verdict ("The answer is no.") the claims after it decide."""
+    verified claim's own words, or a verdict ("Yes: ...", "No: ...") citing the claims that decide it."""
 
     def write(self, request: SynthesisInput) -> Draft:
         if request.previous is not None and request.critique is not None and request.critique.problems:

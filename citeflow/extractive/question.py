@@ -368,12 +368,34 @@ class Asks(StrEnum):
 class Order(StrEnum):
     earliest = "earliest"  # "older", "first", "earlier"
     latest = "latest"  # "younger", "last", "more recent"
+    most = "most"  # "more", "larger", "highest": the greater number
+    least = "least"  # "fewer", "smaller", "lowest": the smaller number
 
 
 _AUXILIARY_OPENERS = frozenset("are is was were do does did has have had can could will would".split())  # noqa: SIM905
 _LATEST = re.compile(
     r"\b(younger|youngest|latest|later|last|newer|newest|most recent(?:ly)?|more recent(?:ly)?)\b", re.I
 )
+_EARLIEST = re.compile(r"\b(older|oldest|first|earlier|earliest)\b", re.I)
+_MOST = re.compile(
+    r"\b(more|most|larger|largest|bigger|biggest|higher|highest|greater|greatest|longer|longest)\b", re.I
+)
+_LEAST = re.compile(r"\b(fewer|fewest|less|least|smaller|smallest|lower|lowest|shorter|shortest)\b", re.I)
+
+
+def _order(text: str) -> Order | None:
+    """The direction a choice applies to its sides' values: by dates, then by numbers."""
+    if _LATEST.search(text):
+        return Order.latest
+    if _EARLIEST.search(text):
+        return Order.earliest
+    if _MOST.search(text):
+        return Order.most
+    if _LEAST.search(text):
+        return Order.least
+    return None
+
+
 _SAME = re.compile(r"\bsame\s+([a-z]+)", re.IGNORECASE)
 _TIME_NOUNS = frozenset("year date century decade day month era".split())  # noqa: SIM905
 _PLACE_NOUNS = frozenset(
@@ -560,8 +582,7 @@ def read_question(question: str) -> QuestionShape:
     if choice:
         stem_words = re.split(r",|\bor\b", text)[0]
         predicate = frozenset(_stems(stem_words) - side_stems - asking)
-        order = Order.latest if _LATEST.search(text) else Order.earliest if (
-            _AGE.search(text) or _FIRST.search(text)) else None  # fmt: skip
+        order = _order(text)
         return QuestionShape(text, Form.choice, Asks.thing, sides, entities, relation, predicate, order=order)
     if yes_no:
         # "A has an OBE. Does B also have one?": one side, the names of the asking sentence; it must show
