@@ -509,8 +509,13 @@ def _distance(item: Evidence, name: str, weights: Weights) -> int:
 def _value_stems(text: str) -> frozenset[str]:
     """Relations a claim shows by the kind of value it states: a nationality adjective ("a Danish
     sculptor") states a nationality without the word."""
-    adjectives = [word for word in re.findall(r"\b[A-Z][a-z]+\b", text) if DEMONYM.search(word.casefold())]
-    return frozenset(_NATIONALITY) if adjectives else frozenset()
+    adjectives = [word for word in _ADJECTIVE_BEFORE_NOUN.findall(text) if DEMONYM.search(word.casefold())]
+    return frozenset([_NATIONAL]) if adjectives else frozenset()
+
+
+# A capitalised word before a lower-case one, where an adjective stands: "a Danish sculptor", not
+# "Christian Bale" or "Northern Vestmark".
+_ADJECTIVE_BEFORE_NOUN = re.compile(r"\b([A-Z][a-z]+)(?=(?:-[A-Z][a-z]+)?\s+[a-z])")
 
 
 @dataclass
@@ -654,7 +659,7 @@ def _value_near(item: Evidence, noun: set[str]) -> str | None:
     if {canonical(stem) for stem in noun} & _NATIONALITY:
         found = [
             word
-            for word in re.findall(r"\b[A-Z][a-z]+\b", item.claim.text)
+            for word in _ADJECTIVE_BEFORE_NOUN.findall(item.claim.text)
             if DEMONYM.search(word.casefold())
         ]
         return found[0] if found else None
