@@ -367,7 +367,11 @@ def _chain_cover(items: tuple[Evidence, ...], others: list[str], weights: Weight
 
 
 def chain_score(chain: Chain, weights: Weights) -> float:
-    return rank.chain_score(chain.cover, chain.answer.stems, chain.anchor, weights)
+    """rank.chain_score; a relation the chain composes (a grandparent from two parent links) is stated
+    by the claim that completes it, the answer."""
+    stems = [link.stems for link in chain.links]
+    composed = chain_stems(stems) - frozenset().union(*stems)
+    return rank.chain_score(chain.cover, chain.answer.stems | composed, chain.anchor, weights)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ _SYNONYM_GROUPS = (
     ("nationality", "citizen", "national"),
     ("founder", "founded", "established", "formed"),
     ("author", "wrote", "written", "writer"),
-    ("parent", "father", "mother", "paternal", "maternal", "son", "daughter", "child"),
+    ("parent", "father", "mother", "paternal", "maternal"),
+    ("child", "son", "daughter", "children"),
     ("grandfather", "grandson", "granddaughter", "grandchild", "grandparent"),
 )
 
@@ -57,14 +58,19 @@ def canonical(stem: str) -> str:
     return _CANONICAL.get(stem, stem)
 
 
-[_PARENT], [_GRAND] = relation_stems("parent"), relation_stems("grandfather")
+[_PARENT], [_CHILD], [_GRAND] = (
+    relation_stems("parent"),
+    relation_stems("child"),
+    relation_stems("grandfather"),
+)
 
 
 def chain_stems(links: list[frozenset[str]]) -> frozenset[str]:
     """What a chain of claims shows together: each claim's stems, and a relation composed of two: a
-    parent's parent is a grandparent ("the son of Hugh", then Hugh "the son of Alder")."""
+    parent's parent is a grandparent ("the son of Hugh", then Hugh "the son of Alder"), whichever way
+    each link states the kinship."""
     shown = frozenset().union(*links) if links else frozenset()
-    if sum(_PARENT in stems for stems in links) >= 2:
+    if sum(bool({_PARENT, _CHILD} & stems) for stems in links) >= 2:
         shown |= {_GRAND}
     return shown
 
