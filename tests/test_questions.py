@@ -136,3 +136,10 @@ def test_the_direction_of_a_choice_comes_from_its_comparative() -> None:
     assert read_question("Who was born earlier, Ida Marsh or Otto Benn?").order is Order.earliest
     # Saying "born" sets no direction: the sides' places are compared, not their dates.
     assert read_question("Who was born in Rusk, Ida Marsh or Otto Benn?").order is None
+
+
+def test_a_name_may_open_a_question_when_a_connector_leads_on_to_its_next_word() -> None:
+    assert question_entities("Lanterns of Kell is the second album by a singer from what state?") == [
+        "Lanterns of Kell"
+    ]
+    assert question_entities("Place of birth of the singer of Lanterns of Kell?") == ["Lanterns of Kell"]

@@ -152,8 +152,14 @@ def name_spans(text: str, question: bool = False) -> list[str]:
         opening = question and index == 0
         if opening and word.casefold() in _OPENING_PREPOSITIONS:
             continue
-        if opening and tokens[1:2] and tokens[1].text[:1].islower() and not token.ends_span:
-            continue
+        if (
+            opening
+            and tokens[1:2]
+            and tokens[1].text[:1].islower()
+            and not token.ends_span
+            and not (tokens[1].text.casefold() in _NAME_CONNECTORS and _continues_name(tokens, 1))
+        ):
+            continue  # "Name the ...", "Place of birth of ...", but "Transfiguration of Vincent is ..."
         if _is_capitalised(word) and not (not current and word.casefold() in STOPWORDS):
             current.append(word)
         elif current and word[:1].isdigit():
