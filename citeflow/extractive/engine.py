@@ -24,6 +24,8 @@ from citeflow.contracts import (
     SynthesisInput,
 )
 from citeflow.extractive.answer import Answerer, bridges, gather, names_title
+from citeflow.extractive.digest import digest
+from citeflow.extractive.kind import ReportKind, report_kind
 from citeflow.extractive.question import key_phrases, question_entities, question_sides, read_question
 from citeflow.roles import Engine
 from citeflow.text import content_stems, content_words, normalise, prose_sentences
@@ -191,10 +193,16 @@ class ExtractiveExtractor:
         ]
 
 
+@dataclass(frozen=True)
 class ExtractiveSynthesiser:
-    """The answer first, then the few claims that support it (answer.py); when the claims do
-    not answer the question, only the related ones, and no answer sentence. Every sentence is a
-    verified claim's own words, or a verdict ("The answer is no.") the claims after it decide."""
+    """For a one-fact question (kind.py), the answer first, then the few claims that support it
+    (answer.py); when the claims do not answer the question, only the related ones, and no answer
+    sentence. Every sentence is a verified claim's own words, or a verdict ("The answer is no.") the
+    claims after it decide. For an open question, the digest of every distinct finding (digest.py), or
+    the related claims when no claim is about the question's subject."""
+
+    findings_max: int = Caps().report_findings_max
+    words_max: int = Caps().report_words_max
 
     def write(self, request: SynthesisInput) -> Draft:
         if request.previous is not None and request.critique is not None and request.critique.problems:
@@ -203,6 +211,10 @@ class ExtractiveSynthesiser:
                 sentence for index, sentence in enumerate(request.previous.sentences) if index not in flagged
             ]
             return Draft(sentences=kept)
+        if report_kind(request.question) is ReportKind.digest:
+            found = digest(request, self.findings_max, self.words_max).sentences()
+            if found:
+                return Draft(sentences=found)
         answer = Answerer(request, read_question(request.question)).answer()
         written: list[list[str]] = []
         sentences = []
@@ -222,11 +234,15 @@ class ExtractiveCritic:
         return mechanical_critique(draft, request.claims)
 
 
-def extractive_engine(min_subquestions: int = Caps().subquestions_min) -> Engine:
+def extractive_engine(
+    min_subquestions: int = Caps().subquestions_min,
+    findings_max: int = Caps().report_findings_max,
+    words_max: int = Caps().report_words_max,
+) -> Engine:
     return Engine(
         name="extractive",
         planner=ExtractivePlanner(min_subquestions),
         extractor=ExtractiveExtractor(),
-        synthesiser=ExtractiveSynthesiser(),
+        synthesiser=ExtractiveSynthesiser(findings_max, words_max),
         critic=ExtractiveCritic(),
     )
