@@ -219,6 +219,7 @@ class ReportSentence(Record):
     cites: list[str]
     status: SentenceStatus
     reason: str = ""
+    pages: int = Field(default=0, description="Distinct pages the sentence cites: a finding's corroboration.")
 
 
 class StageMetrics(Record):

@@ -196,7 +196,8 @@ def digest_body(subquestions: list[SubQuestion], kept: list[DraftSentence]) -> l
     """A digest's findings under one heading per sub-question, in plan order, each with its number of
     pages; then the findings the pages disagree on, side by side."""
     lines: list[str] = []
-    headings = [(sub.id, sub.text) for sub in subquestions]
+    # The first sub-question is the question itself: its findings are those of no narrower aspect.
+    headings = [(sub.id, sub.text if sub.position else "Other findings") for sub in subquestions]
     headings += [(section, "Other findings") for section in dict.fromkeys(s.section for s in kept)
                  if section not in {"", DIFFER_SECTION} | {sub.id for sub in subquestions}]  # fmt: skip
     for section, heading in headings:
@@ -276,6 +277,7 @@ def report_sentences(run_id: str, review: Review | None) -> list[ReportSentence]
             cites=sentence.cites,
             status=SentenceStatus.removed if position in review.removed else SentenceStatus.kept,
             reason=review.removed.get(position, ""),
+            pages=len(set(sentence.cites)),
         )
         for position, sentence in enumerate(review.draft.sentences)
     ]
@@ -358,7 +360,7 @@ def finish(
             )
             store.add_error(RunError(run_id=run_id, stage="finish", detail=detail))
             report = report.model_copy(update={"caveats": [*report.caveats, detail]})
-    store.finish_run(run_id, report.status, markdown, report.report_path, metrics)
+    store.finish_run(run_id, report.status, markdown, report.report_path, metrics, report.kind)
     return report
 
 

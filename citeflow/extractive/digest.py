@@ -18,11 +18,12 @@ page that states it.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from citeflow.contracts import Claim, ClaimStatus, DraftSentence, SynthesisInput
-from citeflow.text import content_stems, names, numbers
+from citeflow.contracts import Claim, ClaimStatus, DraftSentence, SubQuestion, SynthesisInput
+from citeflow.text import content_stems, content_words, names, numbers
 
 # A claim joins a finding when it holds this share of the finding sentence's content stems: the share at
 # which the citation checks keep a citation that repeats what another citation covers.
@@ -71,9 +72,11 @@ class Finding:
         """The source ids of the independent pages that state it, the lead's first."""
         return list(dict.fromkeys([self.lead.source_id, *(item.source_id for item in self.members)]))
 
+    section_id: str = ""
+
     @property
     def section(self) -> str:
-        return self.lead.claim.subquestion_id
+        return self.section_id or self.lead.claim.subquestion_id
 
     def sentence(self, section: str | None = None) -> DraftSentence:
         text = " ".join(self.lead.claim.quote.split())
@@ -119,10 +122,15 @@ def _items(request: SynthesisInput) -> list[Item]:
             seen.add(key)
             claims.append(claim)
     asked = frozenset(content_stems(request.question)) - _ASKING
+    # The aspects asked "about" weigh double: the rest of the question (its subject) every page repeats.
+    focus = frozenset(stem for text, _ in aspects(request.question) for stem in content_stems(text)) - _ASKING
     subject = frozenset(stem for name in names(request.question) for stem in content_stems(name)) - _ASKING
     bags = [frozenset(content_stems(claim.quote)) for claim in claims]
     frequency = Counter(stem for bag in bags for stem in bag if stem in asked)
-    weight = {stem: math.log(1 + len(bags) / count) for stem, count in frequency.items()}
+    weight = {
+        stem: math.log(1 + len(bags) / count) * (2.0 if stem in focus else 1.0)
+        for stem, count in frequency.items()
+    }
     total = sum(weight.values()) or 1.0
     # A page is about the question's subject when its title or one of its claims names it; a claim of such
     # a page may say "the strike" for "the Harbour strike".
@@ -242,6 +250,19 @@ def select_findings(items: list[Item], findings_max: int, words_max: int) -> lis
     return chosen
 
 
+def _aspect_of(finding: Finding, subquestions: list[SubQuestion]) -> str:
+    """The sub-question a finding is grouped under: of the plan's sub-questions after the first (the
+    question itself), the one whose own words (its text, minus the question's usual words) the finding's
+    sentence holds most of; else the sub-question its claim answered."""
+    best, best_shared = finding.lead.claim.subquestion_id, 0
+    for sub in subquestions[1:]:
+        own = frozenset(content_stems(sub.text)) - _ASKING
+        shared = len(own & finding.lead.stems)
+        if shared > best_shared:
+            best, best_shared = sub.id, shared
+    return best
+
+
 def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest:
     """The digest of the request's verified claims: an opening of the most corroborated findings, the
     others by sub-question, and the claims that disagree."""
@@ -251,7 +272,39 @@ def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest
     findings = select_findings(
         [item for item in items if item.claim.id not in disputed], findings_max, words_max
     )
+    for finding in findings:
+        finding.section_id = _aspect_of(finding, request.subquestions)
     ranked = sorted(findings, key=lambda finding: -len(finding.pages))
     opening = [finding for finding in ranked[:OPENING_FINDINGS] if len(finding.pages) > 1] or ranked[:1]
     grouped = [finding for finding in findings if finding not in opening]
     return Digest(opening=opening, grouped=grouped, conflicts=conflicts)
+
+
+_TOPIC = re.compile(r"\b(?:about|regarding|concerning|surrounding|on)\s+(.+?)[?.!]*$", re.IGNORECASE)
+_QUOTED = re.compile(r'"([^"]{3,})"')
+# A query keeps at most this many words of the question's subject beside an aspect's own words.
+SUBJECT_QUERY_WORDS = 8
+
+
+def aspects(question: str) -> list[tuple[str, str]]:
+    """(sub-question, query) for each aspect a question asks about: "what do the sources report about the
+    strike and its effects on trade?" -> the strike; its effects on trade. Each query is the aspect's
+    words and the question's subject (its quoted title or its names). Empty when the question names no
+    topic after "about" (or "regarding", ...): the rules' plan then reads it."""
+    found = _TOPIC.search(question.strip())
+    if not found:
+        return []
+    focus = found.group(1)
+    quoted = _QUOTED.findall(question)
+    subject = (
+        content_words(" ".join(quoted))
+        if quoted
+        else [w.casefold() for w in names(question[: found.start()])]
+    )
+    parts = [part.strip() for part in re.split(r",|\band\b|\bas well as\b", focus) if content_words(part)]
+    chosen = []
+    for part in parts:
+        own = content_words(part)
+        rest = [word for word in dict.fromkeys(subject) if word not in own][:SUBJECT_QUERY_WORDS]
+        chosen.append((f"What do the sources report about {part}?", " ".join([*own, *rest])))
+    return chosen

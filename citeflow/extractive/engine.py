@@ -24,7 +24,7 @@ from citeflow.contracts import (
     SynthesisInput,
 )
 from citeflow.extractive.answer import Answerer, bridges, gather, names_title
-from citeflow.extractive.digest import digest
+from citeflow.extractive.digest import aspects, digest
 from citeflow.extractive.kind import ReportKind, report_kind
 from citeflow.extractive.question import key_phrases, question_entities, question_sides, read_question
 from citeflow.roles import Engine
@@ -117,6 +117,14 @@ class ExtractivePlanner:
 
     def plan(self, question: str, max_subquestions: int) -> list[SubQuestion]:
         question = normalise(question)
+        if report_kind(question) is ReportKind.digest and (parts := aspects(question)):
+            # An open question about a topic: the question itself, then each aspect it names.
+            words = " ".join(dict.fromkeys(word for _, query in parts for word in query.split()))
+            chosen = _distinct([(question, words), *parts], max_subquestions)
+            return [
+                SubQuestion(id=f"q{position + 1}", position=position, text=text, query=query)
+                for position, (text, query) in enumerate(chosen)
+            ]
         sides = question_sides(question)
         side_words = [set(content_words(side.name)) for side in sides]
         # An entity inside a side ("Escape" of "Escape from the Dark") is that side already.

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
+from citeflow.config import Caps
+
 
 class ReportKind(StrEnum):
     answer = "answer"  # one fact: the answer first, then what supports it
@@ -92,3 +94,21 @@ def report_kind(question: str) -> ReportKind:
     if word in ("what", "which") and rest and rest[0] in _PLURAL_COPULAS and _head_noun_plural(rest[1:]):
         return ReportKind.digest  # "What are the effects of X?": many things asked for
     return ReportKind.answer
+
+
+# An open question's findings are each stated on several pages, and a finding cites every page that
+# states it: the digest reads more pages a search, verifies more a round, and quotes more of each page.
+DIGEST_CAPS = {"pages_per_search": 10, "pages_verified_max": 40, "claims_per_page": 5}
+
+
+def caps_for(kind: ReportKind, caps: Caps) -> Caps:
+    """The caps a run of this kind works within: a digest raises the breadth caps the settings leave at
+    their defaults (a cap the user set is kept, whatever it is)."""
+    if kind is ReportKind.answer:
+        return caps
+    raised = {
+        name: max(value, getattr(caps, name))
+        for name, value in DIGEST_CAPS.items()
+        if name not in caps.model_fields_set
+    }
+    return caps.model_copy(update=raised)
