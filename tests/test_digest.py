@@ -4,15 +4,24 @@ are written for these tests."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from openai_server import Reply, ScriptedServer
 
 from citeflow.checks import mechanical_critique, prune_citations
+from citeflow.config import Caps
 from citeflow.contracts import Claim, ClaimStatus, Source, SubQuestion, SynthesisInput
 from citeflow.extractive import extractive_engine
 from citeflow.extractive.digest import DIFFER_SECTION, digest
 from citeflow.extractive.kind import ReportKind, report_kind
+from citeflow.llm.budget import MemoryCallLog
+from citeflow.llm.client import EndpointPool
+from citeflow.llm.roles import ModelEngine, build_engine
+from citeflow.llm.settings import Limits, ModelSettings, RoleConfig, RoleName
+from tasks.writer import EngineSteps, write_report
 
 
 @pytest.mark.parametrize(
@@ -107,3 +116,105 @@ def test_the_caps_bound_the_findings() -> None:
     assert len(found.opening + found.grouped) == 1
     words = digest(request(), findings_max=12, words_max=15)
     assert len(words.opening + words.grouped) == 1  # the first finding always ships
+
+
+def test_an_open_question_is_planned_by_the_aspects_it_asks_about_and_thin_ones_are_followed_up() -> None:
+    question = (
+        'In the context of "The Harbour Strike of Port Ellis", what do the sources report about wages and '
+        "the reopening?"
+    )
+    plan = extractive_engine().planner.plan(question, 5)
+    assert [sub.text for sub in plan[1:]] == [
+        "What do the sources report about wages?",
+        "What do the sources report about the reopening?",
+    ]
+    assert plan[1].query.split()[:1] == ["wages"] and "harbour" in plan[1].query.split()
+    # The first round found three claims about wages and one about the reopening: only that is searched
+    # again, on its own words.
+    claims = request().claims
+    given = [
+        c.model_copy(update={"subquestion_id": sub})
+        for c, sub in zip(claims, ["q2"] * 3 + ["q3"], strict=False)
+    ]
+    evidence = SynthesisInput(question=question, subquestions=plan, claims=given, sources=request().sources)
+    follow = extractive_engine().planner.follow_up(evidence, 5)
+    assert [(sub.text, sub.query) for sub in follow] == [
+        ("What else do the sources report about the reopening?", "reopening")
+    ]
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as running:
+        yield running
+
+
+def synthesiser_on(server: ScriptedServer, **options: object) -> ModelEngine:
+    config = RoleConfig.model_validate({"model": "m", "base_url": server.url, "max_attempts": 1, **options})
+    settings = ModelSettings(roles={RoleName.synthesiser: config}, limits=Limits(backoff_seconds=0.01))
+    return build_engine(
+        settings, MemoryCallLog(), "r1", caps=Caps(), fallback=extractive_engine(),
+        pool=EndpointPool(settings.limits, {}),
+    )  # fmt: skip
+
+
+def test_the_model_writes_the_digest_one_finding_a_line_and_the_program_cites_its_pages(
+    server: ScriptedServer,
+) -> None:
+    models = synthesiser_on(server)
+    server.enqueue(
+        Reply(
+            content="Here is the digest:\nF1: The Harbour strike closed the port for nine days.\n"
+            "F9: not a finding\nF2: Fish prices in the Harbour markets rose sharply during the strike."
+        )
+    )
+    review = write_report(EngineSteps(models.engine), request(), 0, lambda: True)
+    (prompt,) = server.requests
+    shown = prompt.prompt
+    assert "F1 (3 pages): " in shown and "railway" not in shown  # merged findings, not raw claims
+    kept = review.kept
+    assert kept[0].section == "" and sorted(kept[0].cites) == ["S1", "S2", "S3"]
+    assert kept[0].text == "The Harbour strike closed the port for nine days."
+    assert sorted(kept[1].cites) == ["S2", "S4"]
+    # The extractive digest is the floor: what the model left out (the conflicting counts) is added.
+    assert {s.cites[0] for s in kept if s.section == DIFFER_SECTION} == {"S5", "S6"}
+    assert not review.removed
+
+
+def test_a_digest_reply_with_no_usable_line_is_retried_once_then_the_extractive_digest_is_used(
+    server: ScriptedServer,
+) -> None:
+    models = synthesiser_on(server)
+    server.enqueue(Reply(content="I think the strike was bad."), Reply(content='{"sentences": []}'))
+    review = write_report(EngineSteps(models.engine), request(), 0, lambda: True)
+    assert len(server.requests) == 2
+    assert "no line has the form 'F<number>: <sentence>'" in server.requests[1].prompt
+    assert [s.text for s in review.kept] == [
+        s.text for s in extractive_engine().synthesiser.write(request()).sentences
+    ]
+    assert "no usable line twice" in models.degradations.drain()[0].reason
+
+
+def test_the_digest_prompt_fits_a_small_context_window(server: ScriptedServer) -> None:
+    models = synthesiser_on(server, context_tokens=1024, max_output_tokens=256)
+    # Thirty distinct findings, each a long quote: more than 1,024 tokens can show.
+    many = request().model_copy(
+        update={
+            "claims": [
+                claim.model_copy(
+                    update={
+                        "id": f"C{n}",
+                        "quote": f"The Harbour strike committee {n} met on pier {n} "
+                        + "and talked at length " * 6,
+                        "text": f"The Harbour strike committee {n} met on pier {n}.",
+                    }
+                )
+                for n, claim in enumerate([request().claims[0]] * 30, start=100)
+            ]
+        }
+    )
+    server.enqueue(Reply(content="F1: x"))
+    write_report(EngineSteps(models.engine), many, 0, lambda: True)
+    (prompt,) = server.requests
+    shown = re.findall(r"^F\d+ \(", prompt.prompt, re.MULTILINE)
+    assert 0 < len(shown) < 24 and len(prompt.prompt) < (1024 - 256) * 4

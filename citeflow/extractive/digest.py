@@ -280,8 +280,11 @@ def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest
     return Digest(opening=opening, grouped=grouped, conflicts=conflicts)
 
 
-_TOPIC = re.compile(r"\b(?:about|regarding|concerning|surrounding|on)\s+(.+?)[?.!]*$", re.IGNORECASE)
+_TOPIC = re.compile(
+    r"\b(?:about|regarding|concerning|surrounding|(?:latest|news|updates?) on)\s+(.+?)[?.!]*$", re.IGNORECASE
+)
 _QUOTED = re.compile(r'"([^"]{3,})"')
+_ASPECT_PREFIX = "What do the sources report about "
 # A query keeps at most this many words of the question's subject beside an aspect's own words.
 SUBJECT_QUERY_WORDS = 8
 
@@ -306,5 +309,25 @@ def aspects(question: str) -> list[tuple[str, str]]:
     for part in parts:
         own = content_words(part)
         rest = [word for word in dict.fromkeys(subject) if word not in own][:SUBJECT_QUERY_WORDS]
-        chosen.append((f"What do the sources report about {part}?", " ".join([*own, *rest])))
+        chosen.append((f"{_ASPECT_PREFIX}{part}?", " ".join([*own, *rest])))
     return chosen
+
+
+# An aspect with fewer verified claims than this after the first round is searched again, on its own words.
+ASPECT_MIN_CLAIMS = 3
+
+
+def thin_aspects(evidence: SynthesisInput) -> list[tuple[str, str]]:
+    """(sub-question, query) for each aspect of the plan whose sub-question has fewer than
+    ASPECT_MIN_CLAIMS verified claims: searched again on the aspect's own words only, without the
+    subject's, which the first round's query shared with every other aspect."""
+    counts = Counter(
+        claim.subquestion_id for claim in evidence.claims if claim.status is ClaimStatus.verified
+    )
+    asked = dict(aspects(evidence.question))
+    return [
+        (f"What else do the sources report about {sub.text.removeprefix(_ASPECT_PREFIX).rstrip('?')}?",
+         " ".join(content_words(sub.text.removeprefix(_ASPECT_PREFIX))))
+        for sub in evidence.subquestions
+        if sub.text in asked and counts[sub.id] < ASPECT_MIN_CLAIMS
+    ]  # fmt: skip

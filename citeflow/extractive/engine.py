@@ -24,7 +24,7 @@ from citeflow.contracts import (
     SynthesisInput,
 )
 from citeflow.extractive.answer import Answerer, bridges, gather, names_title
-from citeflow.extractive.digest import aspects, digest
+from citeflow.extractive.digest import aspects, digest, thin_aspects
 from citeflow.extractive.kind import ReportKind, report_kind
 from citeflow.extractive.question import key_phrases, question_entities, question_sides, read_question
 from citeflow.roles import Engine
@@ -157,7 +157,13 @@ class ExtractivePlanner:
 
     def follow_up(self, evidence: SynthesisInput, limit: int) -> list[SubQuestion]:
         """Sub-questions about the bridge entities the verified claims name (answer.py): "born
-        in Young, New South Wales" leads to Young when the question asks about the birthplace."""
+        in Young, New South Wales" leads to Young when the question asks about the birthplace. For an
+        open question, the aspects the first round found little about (digest.py)."""
+        if report_kind(evidence.question) is ReportKind.digest:
+            return [
+                SubQuestion(id=f"f{n}", position=n, text=text, query=query)
+                for n, (text, query) in enumerate(thin_aspects(evidence)[: max(limit, 0)])
+            ]
         shape = read_question(evidence.question)
         found = bridges(shape, gather(evidence), limit)
         return [
