@@ -86,6 +86,12 @@ class Caps(BaseModel):
         16, ge=1, description="Distinct pages whose claims a research round verifies (each of the two)."
     )
     claims_per_page: int = Field(3, ge=1, le=20, description="Claims proposed from one page.")
+    report_findings_max: int = Field(
+        12, ge=1, le=50, description="Findings a digest (the report of an open question) states, at most."
+    )
+    report_words_max: int = Field(
+        400, ge=50, description="Words of a digest's findings, at most (the first finding always ships)."
+    )
     revisions_max: int = Field(2, ge=0, le=2, description="Synthesiser revisions after a critique.")
     token_budget: int = Field(200_000, ge=0, description="Model tokens (prompt + completion) per run.")
     quote_min_chars: int = Field(20, ge=1, description="Shorter quotes are rejected: they prove nothing.")

@@ -219,6 +219,7 @@ class ReportSentence(Record):
     cites: list[str]
     status: SentenceStatus
     reason: str = ""
+    pages: int = Field(default=0, description="Distinct pages the sentence cites: a finding's corroboration.")
 
 
 class StageMetrics(Record):
@@ -290,6 +291,11 @@ class Report(Record):
     answered: bool = Field(
         description="Whether the report opens with a cited answer; False when the verified evidence does "
         "not answer the question (the report then says so first and cites what it found as related)."
+    )
+    kind: str = Field(
+        default="answer",
+        description="'answer' (one fact: the answer first) or 'digest' (an open question: every distinct "
+        "finding, citing every page that states it), chosen from the question (citeflow/extractive/kind.py).",
     )
     markdown: str
     report_path: str | None = None

@@ -157,13 +157,17 @@ def report_json(report: Report) -> dict[str, Any]:
         "run_id": report.run_id,
         "status": report.status.value,
         "answered": report.answered,
+        "kind": report.kind,
         "report_path": report.report_path,
         "report": report.markdown,
         "sources": [{"id": s.id, "url": s.url, "title": s.title} for s in report.sources],
         "claims": [
             {"id": c.id, "source": c.source_id, "text": c.text, "quote": c.quote} for c in report.claims
         ],
-        "sentences": [{"text": s.text, "cites": s.cites} for s in report.sentences],
+        "sentences": [
+            {"text": s.text, "cites": s.cites, "section": s.section, "pages": s.pages}
+            for s in report.sentences
+        ],
         "caveats": report.caveats,
         "metrics": report.metrics.model_dump(),
     }

@@ -129,8 +129,10 @@ def evaluate(
             evaluation = eval_flow(
                 dataset=dataset,
                 corpus=corpus,
-                questions=chosen,
+                questions=questions,
                 folder=folder,
+                limit=limit,
+                offset=offset,
                 concurrency=concurrency,
                 unanswerable=unanswerable,
                 config=str(config) if config else None,

@@ -31,6 +31,7 @@ from tasks.evaluation import (
     Summary,
     corpus_without,
     failed,
+    load_questions,
     score,
     summarise,
 )
@@ -126,6 +127,16 @@ def result_row(result: QuestionResult) -> dict[str, Any]:
         "cited": result.pages_cited,
         "answer": yes(result.answer_found),
         "integrity": result.integrity_problems,
+        **(
+            {
+                "nuggets": result.nuggets,
+                "coverage": round(result.nugget_coverage / result.nuggets, 2),
+                "cite F1": round(result.nugget_citation_f1 / result.nuggets, 2),
+                "joint": round(result.nugget_joint / result.nuggets, 2),
+            }
+            if result.nuggets
+            else {}
+        ),
         "words": result.words,
         "calls": result.model_calls,
         "tokens": result.tokens,
@@ -137,16 +148,21 @@ def result_row(result: QuestionResult) -> dict[str, Any]:
 def eval_flow(
     dataset: str,
     corpus: Path,
-    questions: list[EvalQuestion],
+    questions: Path,
     folder: Path,
+    limit: int | None = None,
+    offset: int = 0,
     concurrency: int = 2,
     unanswerable: bool = False,
     config: str | None = None,
     settings: dict[str, Any] | None = None,
     on_result: Callable[[QuestionResult], None] | None = None,
 ) -> Evaluation:
-    """Run and score `questions` of `dataset` (a name for the artifacts) against `corpus`, working in
-    `folder` (stores and reports); `on_result` is called as each question finishes (a progress bar)."""
+    """Run and score questions `offset` .. `offset + limit` of the file `questions` of `dataset` (a name
+    for the artifacts) against `corpus`, working in `folder` (stores and reports); `on_result` is called as
+    each question finishes (a progress bar). The file is read here, not passed in: a question's gold
+    pages (summhay's carry whole articles) would exceed Prefect's limit on a flow run's parameters."""
+    chosen = load_questions(questions, limit, offset)
     given = settings or {}  # dotted settings for every run, as `citeflow run` takes them
     shared = None if unanswerable else load_store(corpus, folder / "store")
     reports = folder / "reports"
@@ -164,7 +180,7 @@ def eval_flow(
     # Each question's thread runs in a copy of this context: Prefect's settings (the API the command
     # chose) live in context variables, and a thread without them starts an ephemeral server of its own.
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        running = [pool.submit(contextvars.copy_context().run, one, question) for question in questions]
+        running = [pool.submit(contextvars.copy_context().run, one, question) for question in chosen]
         results = [future.result() for future in running]
     summary = summarise(results)
     key = slug(f"eval {dataset} {'unanswerable' if unanswerable else ''}")

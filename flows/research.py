@@ -37,6 +37,7 @@ from citeflow.contracts import (
     SynthesisInput,
     Trace,
 )
+from citeflow.extractive.kind import caps_for, report_kind
 from citeflow.roles import FALLBACK_STAGE_SUFFIX, Degradation, degradation_caveats
 from flows.lifecycle import owned_run
 from flows.notifications import notify as tell
@@ -347,11 +348,14 @@ def research_flow(
     that finds changes or fails. With no model endpoint configured the extractive engine plays every role."""
     loaded = load_settings(settings, Path(config) if config else None, flags_source="flow parameter settings")
     question = Question(text=question).text
+    # An open question's digest reads more widely (citeflow/extractive/kind.py); the run stores these caps.
+    caps = caps_for(report_kind(question), loaded.settings.caps)
+    settings = loaded.settings.model_copy(update={"caps": caps})
     run_id = str(flow_run.id)
-    store = get_store(loaded.settings.db, loaded.settings.store)
+    store = get_store(settings.db, settings.store)
     with (
-        open_run_context(run_id, question, loaded.settings, store, topic) as run,
-        owned_run(store, run_id, question, loaded.settings, run.engine.name, topic),
+        open_run_context(run_id, question, settings, store, topic) as run,
+        owned_run(store, run_id, question, settings, run.engine.name, topic),
     ):
         try:
             report, changes = run_stages(run, topic or slug(question), refresh)

@@ -166,7 +166,25 @@ def m004_model_call_text(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_run_owner, m003_run_topic, m004_model_call_text]
+def m005_report_kind(con: duckdb.DuckDBPyConnection) -> None:
+    """The kind of report a run wrote (Report.kind: 'answer' or 'digest') and, for each report sentence,
+    how many distinct pages it cites (ReportSentence.pages: a digest finding's corroboration). Runs and
+    sentences stored before read 'answer' and 0."""
+    con.execute(
+        """
+        ALTER TABLE runs ADD COLUMN report_kind VARCHAR DEFAULT 'answer';
+        ALTER TABLE report_sentences ADD COLUMN pages INTEGER DEFAULT 0;
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [
+    m001_initial,
+    m002_run_owner,
+    m003_run_topic,
+    m004_model_call_text,
+    m005_report_kind,
+]
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:

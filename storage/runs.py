@@ -95,10 +95,11 @@ def finish(
     report_markdown: str,
     report_path: str | None,
     metrics: RunMetrics,
+    report_kind: str = "answer",
 ) -> None:
     updated = cur.execute(
         "UPDATE runs SET status = ?, ended_at = ?, wall_seconds = ?, report_markdown = ?, "
-        "report_path = ?, metrics = ? WHERE run_id = ? RETURNING run_id",
+        "report_path = ?, metrics = ?, report_kind = ? WHERE run_id = ? RETURNING run_id",
         [
             status.value,
             utc_now(),
@@ -106,6 +107,7 @@ def finish(
             report_markdown,
             report_path,
             metrics.model_dump_json(),
+            report_kind,
             run_id,
         ],
     ).fetchall()

@@ -267,9 +267,10 @@ class EvidenceStore:
         report_markdown: str,
         report_path: str | None,
         metrics: RunMetrics,
+        report_kind: str = "answer",
     ) -> None:
         with self.cursor() as cur:
-            runs_table.finish(cur, run_id, status, report_markdown, report_path, metrics)
+            runs_table.finish(cur, run_id, status, report_markdown, report_path, metrics, report_kind)
 
     def add_subquestions(self, run_id: str, subquestions: list[SubQuestion]) -> None:
         with self.transaction() as cur:

@@ -59,7 +59,7 @@ def open_run_context(
         store,
         run_id,
         caps=caps,
-        fallback=extractive_engine(caps.subquestions_min),
+        fallback=extractive_engine(caps.subquestions_min, caps.report_findings_max, caps.report_words_max),
     )
     web = open_research(run_id, settings.search, settings.web, store.latest_page, LocalSearch(store))
     context = RunContext(run_id, question, settings, store, web, models, topic)

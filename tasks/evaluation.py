@@ -19,12 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from citeflow.contracts import ClaimStatus, Report
 from citeflow.errors import InputError
+from citeflow.text import content_stems
 from storage.store import EvidenceStore
 
 NOTHING_RUN = "nothing was run"
 # The README's coverage rule: a quote covers a gold sentence when they share at least this share of the
 # shorter one's word tokens.
 COVER_SHARE = 0.5
+# A nugget (a key fact of an open question) is covered fully by one report sentence holding this share of
+# its content stems, partly by one holding PARTIAL_SHARE (SummHay's full / partial / none, judged lexically).
+NUGGET_FULL_SHARE = 0.6
+NUGGET_PARTIAL_SHARE = 0.35
 
 
 class GoldSentence(BaseModel):
@@ -46,6 +51,12 @@ class EvalQuestion(BaseModel):
     supporting: list[GoldSentence]
     level: str = ""
     type: str = ""
+    nuggets: list[str] = Field(
+        default_factory=list, description="Key facts an open question's report states."
+    )
+    nugget_support: list[list[str]] = Field(
+        default_factory=list, description="For each nugget, the URLs of the pages that state it."
+    )
 
     @property
     def gold_urls(self) -> set[str]:
@@ -122,12 +133,69 @@ class QuestionResult(BaseModel):
     pages_cited: int = 0
     answer_found: bool = False
     integrity_problems: int = 0
+    nuggets: int = Field(0, description="Key facts the question carries (0: not an open question).")
+    nugget_coverage: float = Field(0.0, description="Sum over nuggets of 1 (full), 0.5 (partial) or 0.")
+    nugget_citation_f1: float = Field(0.0, description="Sum over nuggets of the covering sentence's F1.")
+    nugget_joint: float = Field(0.0, description="Sum over nuggets of coverage times citation F1.")
     sentences: int = 0
     words: int = 0
     model_calls: int = 0
     tokens: int = 0
     seconds: float = 0.0
     error: str = ""
+
+
+class NuggetScore(BaseModel):
+    coverage: float = Field(description="1.0 full, 0.5 partial, 0.0 none.")
+    citation_f1: float = Field(description="F1 of the covering sentence's cited pages against the nugget's.")
+
+    @property
+    def joint(self) -> float:
+        return self.coverage * self.citation_f1
+
+
+def _coverage(nugget: set[str], sentence: set[str]) -> float:
+    share = len(nugget & sentence) / len(nugget) if nugget else 0.0
+    if share >= NUGGET_FULL_SHARE:
+        return 1.0
+    return 0.5 if share >= NUGGET_PARTIAL_SHARE else 0.0
+
+
+def _f1(cited: set[str], gold: set[str]) -> float:
+    hits = len(cited & gold)
+    if not hits:
+        return 0.0
+    precision, recall = hits / len(cited), hits / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def score_nugget(nugget: str, support: list[str], sentences: list[tuple[str, set[str]]]) -> NuggetScore:
+    """One nugget against a report's (text, cited URLs) sentences, as SummHay scores it: the sentence that
+    covers it best (then cites its pages best) gives its coverage and its citation F1; F1 is 0 when no
+    sentence covers it."""
+    stems = set(content_stems(nugget))
+    best = NuggetScore(coverage=0.0, citation_f1=0.0)
+    for text, cited in sentences:
+        coverage = _coverage(stems, set(content_stems(text)))
+        if not coverage:
+            continue
+        found = NuggetScore(coverage=coverage, citation_f1=_f1(cited, set(support)))
+        if (found.coverage, found.citation_f1) > (best.coverage, best.citation_f1):
+            best = found
+    return best
+
+
+def score_nuggets(question: EvalQuestion, report: Report) -> list[NuggetScore]:
+    urls = {source.id: source.url for source in report.sources}
+    sentences = [
+        (sentence.text, {urls[cite] for cite in sentence.cites if cite in urls})
+        for sentence in report.sentences
+    ]
+    supports = question.nugget_support + [[]] * (len(question.nuggets) - len(question.nugget_support))
+    return [
+        score_nugget(nugget, support, sentences)
+        for nugget, support in zip(question.nuggets, supports, strict=True)
+    ]
 
 
 def score(
@@ -151,6 +219,7 @@ def score(
         )
     cited = {source.url for source in report.sources}
     text = " ".join(sentence.text for sentence in report.sentences)
+    nuggets = score_nuggets(question, report)
     return QuestionResult(
         id=question.id,
         question=question.question,
@@ -166,6 +235,10 @@ def score(
         pages_cited=len(cited),
         answer_found=contains_answer(text, question.answers),
         integrity_problems=len(problems),
+        nuggets=len(nuggets),
+        nugget_coverage=sum(nugget.coverage for nugget in nuggets),
+        nugget_citation_f1=round(sum(nugget.citation_f1 for nugget in nuggets), 4),
+        nugget_joint=round(sum(nugget.joint for nugget in nuggets), 4),
         sentences=len(report.sentences),
         words=len(text.split()),
         model_calls=report.metrics.model_calls,
@@ -185,6 +258,7 @@ def failed(
         status="error",
         gold_sentences=len(question.supporting),
         gold_pages=len(question.gold_urls),
+        nuggets=len(question.nuggets),
         seconds=round(seconds, 2),
         error=error,
     )
@@ -202,6 +276,9 @@ class Summary(BaseModel):
     answer_recall: float
     answered_agreement: float = Field(description="Share whose `answered` is what the question expects.")
     integrity_problems: int
+    nugget_coverage: float = Field(description="Mean over all nuggets; 0 when no question carries any.")
+    nugget_citation_f1: float
+    nugget_joint: float = Field(description="Mean over nuggets of coverage times citation F1 (SummHay).")
     sentences_mean: float
     words_mean: float
     model_calls_mean: float
@@ -212,6 +289,12 @@ class Summary(BaseModel):
 
 def _ratio(part: int, whole: int) -> float:
     return round(part / whole, 3) if whole else 0.0
+
+
+def _mean_per(results: list[QuestionResult], field: str) -> float:
+    """A nugget figure's mean over every nugget of every question (a crashed run's score 0)."""
+    nuggets = sum(result.nuggets for result in results)
+    return round(sum(getattr(result, field) for result in results) / nuggets, 3) if nuggets else 0.0
 
 
 def summarise(results: list[QuestionResult]) -> Summary:
@@ -232,6 +315,9 @@ def summarise(results: list[QuestionResult]) -> Summary:
         answer_recall=_ratio(total("answer_found"), count),
         answered_agreement=_ratio(sum(r.answered == r.expected_answered for r in results), count),
         integrity_problems=total("integrity_problems"),
+        nugget_coverage=_mean_per(results, "nugget_coverage"),
+        nugget_citation_f1=_mean_per(results, "nugget_citation_f1"),
+        nugget_joint=_mean_per(results, "nugget_joint"),
         sentences_mean=round(statistics.mean(r.sentences for r in results), 1),
         words_mean=round(statistics.mean(r.words for r in results), 1),
         model_calls_mean=round(statistics.mean(r.model_calls for r in results), 1),

@@ -32,6 +32,8 @@ from citeflow.contracts import (
     Source,
     SubQuestion,
 )
+from citeflow.extractive.digest import DIFFER_SECTION
+from citeflow.extractive.kind import ReportKind, report_kind
 from citeflow.roles import CAVEAT_MAX_CHARS, FALLBACK_STAGE_SUFFIX
 from citeflow.sanitize import for_markdown as md
 from storage.store import EvidenceStore
@@ -54,6 +56,8 @@ NOT_FOUND = (
     "The verified evidence does not answer this question. What was found is listed below as related "
     "evidence only, not as an answer."
 )
+DIFFER_HEADING = "Where the sources differ"
+DIFFER_NOTE = "These pages give different figures for what reads as the same statement; neither is chosen."
 NOT_FOUND_CAVEAT = (
     "The verified evidence does not answer the question; the report cites related evidence only."
 )
@@ -97,6 +101,11 @@ def caveats_for(
         )
     if review is not None and review.caveat:
         caveats.append(review.caveat)
+    if review is not None and (differ := sum(s.section == DIFFER_SECTION for s in review.kept) // 2):
+        caveats.append(
+            f"{differ} pair(s) of pages give different figures for the same statement: both are shown "
+            f'under "{DIFFER_HEADING}".'
+        )
     return caveats
 
 
@@ -106,10 +115,23 @@ def shortened(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
 
 
-def error_caveat(error: RunError) -> str:
-    """A run error as one caveat line of at most CAVEAT_MAX_CHARS; the full text stays in its row."""
-    where = error.stage + (f" for {error.subquestion_id}" if error.subquestion_id else "")
-    return shortened(f"{where}: {error.detail}", CAVEAT_MAX_CHARS)
+def error_caveats(errors: list[RunError]) -> list[str]:
+    """One caveat line (at most CAVEAT_MAX_CHARS) per distinct problem: the same failure (a URL skipped,
+    a provider down) met by several sub-questions is named once, with how many it affected. The full
+    text of each stays in its row."""
+    affected: dict[tuple[str, str], list[str]] = {}
+    for error in errors:
+        affected.setdefault((error.stage, error.detail), []).append(error.subquestion_id or "")
+    caveats = []
+    for (stage, detail), subquestions in affected.items():
+        named = sorted({sub for sub in subquestions if sub})
+        where = stage
+        if len(named) == 1:
+            where += f" for {named[0]}"
+        elif named:
+            where += f" ({len(named)} sub-questions)"
+        caveats.append(shortened(f"{where}: {detail}", CAVEAT_MAX_CHARS))
+    return caveats
 
 
 def run_status(review: Review | None, caveats: list[str]) -> RunStatus:
@@ -165,6 +187,30 @@ def _shown(sentence: DraftSentence) -> str:
     return f"{md(' '.join(sentence.text.split()))} {''.join(f'[{cite}]' for cite in sentence.cites)}".strip()
 
 
+def _finding(sentence: DraftSentence) -> str:
+    pages = len(sentence.cites)
+    return f"{_shown(sentence)} ({pages} pages)" if pages > 1 else _shown(sentence)
+
+
+def digest_body(subquestions: list[SubQuestion], kept: list[DraftSentence]) -> list[str]:
+    """A digest's findings under one heading per sub-question, in plan order, each with its number of
+    pages; then the findings the pages disagree on, side by side."""
+    lines: list[str] = []
+    # The first sub-question is the question itself: its findings are those of no narrower aspect.
+    headings = [(sub.id, sub.text if sub.position else "Other findings") for sub in subquestions]
+    headings += [(section, "Other findings") for section in dict.fromkeys(s.section for s in kept)
+                 if section not in {"", DIFFER_SECTION} | {sub.id for sub in subquestions}]  # fmt: skip
+    for section, heading in headings:
+        group = [sentence for sentence in kept if sentence.section == section]
+        if group:
+            lines += [f"## {md(heading)}", ""] + [f"- {_finding(sentence)}" for sentence in group] + [""]
+    differ = [sentence for sentence in kept if sentence.section == DIFFER_SECTION]
+    if differ:
+        lines += [f"## {DIFFER_HEADING}", "", f"*{DIFFER_NOTE}*", ""]
+        lines += [f"- {_shown(sentence)}" for sentence in differ] + [""]
+    return lines
+
+
 def render_markdown(
     question: str,
     engine_name: str,
@@ -174,6 +220,7 @@ def render_markdown(
     sources: list[Source],
     caveats: list[str],
     changes: list[str] | None = None,
+    kind: ReportKind = ReportKind.answer,
 ) -> str:
     """The answer first, then the sentences that support it; or, when the evidence does not answer,
     a first sentence that says so and the related evidence. Then (for a recurring topic) what changed
@@ -191,11 +238,15 @@ def render_markdown(
     rest = [sentence for sentence in kept if sentence.section != ""]
     if not kept:
         lines += ["No report could be written: no claim was verified against a fetched page.", ""]
+    elif answer and kind == ReportKind.digest:
+        lines += [" ".join(_finding(sentence) for sentence in answer), ""]
     elif answer:
         lines += [" ".join(_shown(sentence) for sentence in answer), ""]
     else:
         lines += [NOT_FOUND, ""]
-    if rest:
+    if rest and kind == ReportKind.digest:
+        lines += digest_body(subquestions, rest)
+    elif rest:
         lines += ["## Supporting evidence" if answer else "## Related evidence", ""]
         lines += [f"- {_shown(sentence)}" for sentence in rest] + [""]
     lines += changes or []
@@ -226,6 +277,7 @@ def report_sentences(run_id: str, review: Review | None) -> list[ReportSentence]
             cites=sentence.cites,
             status=SentenceStatus.removed if position in review.removed else SentenceStatus.kept,
             reason=review.removed.get(position, ""),
+            pages=len(set(sentence.cites)),
         )
         for position, sentence in enumerate(review.draft.sentences)
     ]
@@ -261,11 +313,9 @@ def finish(
 
     The audit runs before the run is stored as complete: a report that fails it (a bug in a stage, never
     expected) is stored as failed, with the problems in the run's errors. A failed run writes no file."""
-    errors = [
-        error_caveat(error)
-        for error in store.errors(run_id)
-        if not error.stage.endswith(FALLBACK_STAGE_SUFFIX)
-    ]
+    errors = error_caveats(
+        [error for error in store.errors(run_id) if not error.stage.endswith(FALLBACK_STAGE_SUFFIX)]
+    )
     if review is not None:
         numbers = first_cited_numbers(reading_order(review.kept, subquestions), sources)
         review, sources, claims = renumbered(review, sources, claims, numbers)
@@ -280,6 +330,7 @@ def finish(
         question=question,
         status=status,
         answered=answers(review),
+        kind=report_kind(question),
         markdown="",
         sources=[source for source in sources if source.id in cited],
         claims=[claim for claim in claims if claim.source_id in cited],  # only claims it lists sources of
@@ -295,7 +346,7 @@ def finish(
         report = report.model_copy(update={"status": RunStatus.failed, "caveats": caveats})
     section = changes_markdown(changes) if changes is not None else None
     markdown = render_markdown(
-        question, engine_name, report.status, subquestions, review, sources, caveats, section
+        question, engine_name, report.status, subquestions, review, sources, caveats, section, report.kind
     )
     report = report.model_copy(update={"markdown": markdown})
     if report.status is not RunStatus.failed:
@@ -309,7 +360,7 @@ def finish(
             )
             store.add_error(RunError(run_id=run_id, stage="finish", detail=detail))
             report = report.model_copy(update={"caveats": [*report.caveats, detail]})
-    store.finish_run(run_id, report.status, markdown, report.report_path, metrics)
+    store.finish_run(run_id, report.status, markdown, report.report_path, metrics, report.kind)
     return report
 
 

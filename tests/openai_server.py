@@ -68,6 +68,8 @@ EVIDENCE_LINE = re.compile(r"^\[(S\d+)\] \((q\d+)\) (.+)$", re.MULTILINE)
 def role_of(received: Received) -> str:
     """Which role sent the request, from the reply type it asks for."""
     schema = received.body.get("response_format", {}).get("json_schema", {}).get("name", "")
+    if not schema and "F<number>: <one sentence" in received.prompt:
+        return "digest"  # the synthesiser writing an open question's digest, in lines, not JSON
     return ROLE_BY_SCHEMA.get(schema, "unknown")
 
 

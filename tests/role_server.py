@@ -10,6 +10,7 @@ test replaces one role's handler to script a misbehaviour; `delay` slows every r
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -82,6 +83,15 @@ def one_sentence_per_claim(received: Received, n: int) -> Reply:
     )
 
 
+FINDING_LINE = re.compile(r"^F(\d+) \(\d+ pages\): (.+)$", re.MULTILINE)
+
+
+def every_finding(received: Received, n: int) -> Reply:
+    """A faithful digest writer: each finding it was shown, in its quote's words, one a line."""
+    (block,) = blocks(received, "findings from verified quotes")
+    return Reply(content="\n".join(f"F{number}: {quote}" for number, quote in FINDING_LINE.findall(block)))
+
+
 def no_follow_ups(received: Received, n: int) -> Reply:
     """The planner's follow-up call: the two Acme pages leave nothing to follow."""
     return json_reply({"subquestions": []})
@@ -105,6 +115,7 @@ class RoleServer(ScriptedServer):
             "follow-up": no_follow_ups,
             "verifier": first_sentences,
             "synthesiser": one_sentence_per_claim,
+            "digest": every_finding,
             "critic": approve,
         }
         self.usage_sent: list[tuple[int, int]] = []

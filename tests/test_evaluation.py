@@ -32,6 +32,7 @@ from tasks.evaluation import (
     load_floors,
     load_questions,
     score,
+    score_nugget,
     summarise,
 )
 
@@ -183,6 +184,40 @@ def test_a_report_is_scored_strictly_leniently_and_by_page(tmp_path: Path) -> No
     assert below_floors(summary, {"citation_precision": 0.5, "answer_recall": 0.6}) == [
         "answer_recall is 0.5, below its floor of 0.6"
     ]
+
+
+def test_a_nugget_is_covered_fully_partly_or_not_and_its_citations_scored_by_f1() -> None:
+    pages = ["https://example.org/a", "https://example.org/b"]
+    sentences = [
+        ("The lighthouse keeper rang the bell at dawn every morning.", {pages[0], "https://example.org/c"}),
+        ("The lighthouse keeper lived alone.", {pages[1]}),
+    ]
+    # All content words of the nugget in the first sentence: full; one of two cited pages is gold, and one
+    # of two gold pages is cited: F1 0.5.
+    full = score_nugget("The keeper rang the lighthouse bell every morning.", pages, sentences)
+    assert (full.coverage, full.citation_f1, full.joint) == (1.0, 0.5, 0.5)
+    # "keeper" and "lighthouse" of five content words: partial, from the sentence that covers it best.
+    partial = score_nugget("The lighthouse keeper painted boats on Sundays.", pages[1:], sentences)
+    assert partial.coverage == 0.5 and partial.citation_f1 in (0.0, 1.0)
+    none = score_nugget("Fishing quotas were cut by half.", pages, sentences)
+    assert (none.coverage, none.citation_f1) == (0.0, 0.0)
+
+
+def test_nuggets_are_scored_per_question_and_averaged_over_every_nugget(tmp_path: Path) -> None:
+    question = QUESTION.model_copy(
+        update={
+            "nuggets": ["Christopher Nolan is a film director.", "Nolan was born in London in 1970."],
+            "nugget_support": [[GOLD], [GOLD]],
+        }
+    )
+    with EvidenceStore.open(tmp_path / "s.duckdb") as store:
+        result = score(question, report_for(store, "r1"), store, [], 1.0)
+    # The first nugget: full, cited by S1 (gold) and S2 (not): precision 0.5, recall 1, F1 2/3.
+    assert result.nuggets == 2 and result.nugget_coverage == 1.0
+    assert result.nugget_citation_f1 == pytest.approx(0.6667, abs=1e-3)
+    summary = summarise([result, failed(question, "boom", 1.0)])
+    assert summary.nugget_coverage == 0.25 and summary.nugget_joint == pytest.approx(0.167, abs=1e-3)
+    assert summarise([failed(QUESTION, "boom", 1.0)]).nugget_joint == 0.0
 
 
 def test_floors_name_figures_of_the_evaluation(tmp_path: Path) -> None:

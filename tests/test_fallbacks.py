@@ -33,7 +33,7 @@ from citeflow.extractive import extractive_engine
 from citeflow.llm.errors import InvalidReply
 from citeflow.roles import CAVEAT_MAX_CHARS, Degradation, DegradationLog, Engine, degradation_caveats
 from storage.store import EvidenceStore
-from tasks.finish import error_caveat
+from tasks.finish import error_caveats
 from tasks.planner import follow_up, plan
 from tasks.tracing import Step
 from tasks.verifier import page_windows, verify_page
@@ -353,12 +353,18 @@ def test_caveat_lines_are_short_and_one_line() -> None:
     error = RunError(
         run_id="r1", stage="research", detail="line one\nline two " + "y" * 500, subquestion_id="q2"
     )
-    line = error_caveat(error)
+    (line,) = error_caveats([error])
     assert (
         len(line) <= CAVEAT_MAX_CHARS
         and "\n" not in line
         and line.startswith("research for q2: line one line two")
     )
+    # The same URL skipped for three sub-questions is one caveat naming how many it affected.
+    skipped = "https://example.org/a was skipped: it answered 404"
+    same = [
+        RunError(run_id="r1", stage="research", detail=skipped, subquestion_id=f"q{n}") for n in (1, 2, 3)
+    ]
+    assert error_caveats([*same, same[0]]) == [f"research (3 sub-questions): {skipped}"]
 
 
 def test_the_rules_follow_ups_come_first_and_a_model_follow_up_that_is_no_question_is_dropped() -> None:

@@ -30,6 +30,7 @@ EXPECTED_SCHEMA = {
         "host",
         "process_started",
         "topic",
+        "report_kind",
     ],
     "subquestions": ["run_id", "id", "position", "text", "query"],
     "pages": [
@@ -59,7 +60,7 @@ EXPECTED_SCHEMA = {
         "reason",
         "source_id",
     ],
-    "report_sentences": ["run_id", "position", "section", "text", "cites", "status", "reason"],
+    "report_sentences": ["run_id", "position", "section", "text", "cites", "status", "reason", "pages"],
     "model_calls": [
         "run_id",
         "role",
@@ -117,6 +118,7 @@ def test_reopening_does_not_rerun_migrations(tmp_path: Path) -> None:
         (2, "m002_run_owner"),
         (3, "m003_run_topic"),
         (4, "m004_model_call_text"),
+        (5, "m005_report_kind"),
     ]
 
 
@@ -134,7 +136,7 @@ def test_a_version_1_store_gains_the_model_call_text_columns(tmp_path: Path) -> 
             "INSERT INTO model_calls VALUES ('r', 'planner', 'm', 'http://127.0.0.1:9/v1', 1, 2, false, "
             "0.1, 1, 'ok', 'h', '', now()::TIMESTAMP)"
         )
-        assert migrations.migrate(con) == migrations.LATEST_VERSION == 4
+        assert migrations.migrate(con) == migrations.LATEST_VERSION == 5
         assert con.execute("SELECT role, prompt, reply FROM model_calls").fetchall() == [("planner", "", "")]
     finally:
         con.close()

@@ -24,6 +24,8 @@ from citeflow.contracts import (
     SynthesisInput,
 )
 from citeflow.extractive.answer import Answerer, bridges, gather, names_title
+from citeflow.extractive.digest import aspects, digest, thin_aspects
+from citeflow.extractive.kind import ReportKind, report_kind
 from citeflow.extractive.question import key_phrases, question_entities, question_sides, read_question
 from citeflow.roles import Engine
 from citeflow.text import content_stems, content_words, normalise, prose_sentences
@@ -115,6 +117,14 @@ class ExtractivePlanner:
 
     def plan(self, question: str, max_subquestions: int) -> list[SubQuestion]:
         question = normalise(question)
+        if report_kind(question) is ReportKind.digest and (parts := aspects(question)):
+            # An open question about a topic: the question itself, then each aspect it names.
+            words = " ".join(dict.fromkeys(word for _, query in parts for word in query.split()))
+            chosen = _distinct([(question, words), *parts], max_subquestions)
+            return [
+                SubQuestion(id=f"q{position + 1}", position=position, text=text, query=query)
+                for position, (text, query) in enumerate(chosen)
+            ]
         sides = question_sides(question)
         side_words = [set(content_words(side.name)) for side in sides]
         # An entity inside a side ("Escape" of "Escape from the Dark") is that side already.
@@ -147,7 +157,13 @@ class ExtractivePlanner:
 
     def follow_up(self, evidence: SynthesisInput, limit: int) -> list[SubQuestion]:
         """Sub-questions about the bridge entities the verified claims name (answer.py): "born
-        in Young, New South Wales" leads to Young when the question asks about the birthplace."""
+        in Young, New South Wales" leads to Young when the question asks about the birthplace. For an
+        open question, the aspects the first round found little about (digest.py)."""
+        if report_kind(evidence.question) is ReportKind.digest:
+            return [
+                SubQuestion(id=f"f{n}", position=n, text=text, query=query)
+                for n, (text, query) in enumerate(thin_aspects(evidence)[: max(limit, 0)])
+            ]
         shape = read_question(evidence.question)
         found = bridges(shape, gather(evidence), limit)
         return [
@@ -191,10 +207,16 @@ class ExtractiveExtractor:
         ]
 
 
+@dataclass(frozen=True)
 class ExtractiveSynthesiser:
-    """The answer first, then the few claims that support it (answer.py); when the claims do
-    not answer the question, only the related ones, and no answer sentence. Every sentence is a
-    verified claim's own words, or a verdict ("Yes: ...", "No: ...") citing the claims that decide it."""
+    """For a one-fact question (kind.py), the answer first, then the few claims that support it
+    (answer.py); when the claims do not answer the question, only the related ones, and no answer
+    sentence. Every sentence is a verified claim's own words, or a verdict ("Yes: ...", "No: ...")
+    citing the claims that decide it. For an open question, the digest of every distinct finding
+    (digest.py), or the related claims when no claim is about the question's subject."""
+
+    findings_max: int = Caps().report_findings_max
+    words_max: int = Caps().report_words_max
 
     def write(self, request: SynthesisInput) -> Draft:
         if request.previous is not None and request.critique is not None and request.critique.problems:
@@ -203,6 +225,10 @@ class ExtractiveSynthesiser:
                 sentence for index, sentence in enumerate(request.previous.sentences) if index not in flagged
             ]
             return Draft(sentences=kept)
+        if report_kind(request.question) is ReportKind.digest:
+            found = digest(request, self.findings_max, self.words_max).sentences()
+            if found:
+                return Draft(sentences=found)
         answer = Answerer(request, read_question(request.question)).answer()
         written: list[list[str]] = []
         sentences = []
@@ -222,11 +248,15 @@ class ExtractiveCritic:
         return mechanical_critique(draft, request.claims)
 
 
-def extractive_engine(min_subquestions: int = Caps().subquestions_min) -> Engine:
+def extractive_engine(
+    min_subquestions: int = Caps().subquestions_min,
+    findings_max: int = Caps().report_findings_max,
+    words_max: int = Caps().report_words_max,
+) -> Engine:
     return Engine(
         name="extractive",
         planner=ExtractivePlanner(min_subquestions),
         extractor=ExtractiveExtractor(),
-        synthesiser=ExtractiveSynthesiser(),
+        synthesiser=ExtractiveSynthesiser(findings_max, words_max),
         critic=ExtractiveCritic(),
     )

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from citeflow.config import Caps
 from citeflow.contracts import ClaimDraft, Critique, Draft, DraftSentence, Page, SubQuestion, SynthesisInput
+from citeflow.extractive.kind import ReportKind, report_kind
 from citeflow.llm import prompts
 from citeflow.llm.budget import CONTEXT_CHARS_PER_TOKEN, Budget, CallLog
 from citeflow.llm.client import EndpointPool, RoleClient
+from citeflow.llm.digest import ModelDigestWriter
 from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import CORE_ROLES, ModelSettings, RoleConfig, RoleName
 from citeflow.roles import DegradationLog, Engine
@@ -169,12 +171,16 @@ def _with_summary(request: SynthesisInput, draft: Draft) -> Draft:
 
 
 class ModelSynthesiser:
-    def __init__(self, client: RoleClient) -> None:
+    def __init__(self, client: RoleClient, findings_max: int = Caps().report_findings_max) -> None:
         self.client = client
+        self.findings_max = findings_max
 
     def write(self, request: SynthesisInput) -> Draft:
         if not request.claims:  # nothing verified: there is nothing a model may write from
             return Draft(sentences=[])
+        if report_kind(request.question) is ReportKind.digest:
+            chars = prompt_chars(self.client.config)
+            return ModelDigestWriter(self.client, self.findings_max, chars).write(request)
 
         def has_sentences(draft: Draft) -> None:
             if not draft.sentences:
@@ -255,7 +261,7 @@ def build_engine(
         extractor=fallback.extractor if verifier is None else verifier,
         synthesiser=fallback.synthesiser
         if synthesiser_client is None
-        else ModelSynthesiser(synthesiser_client),
+        else ModelSynthesiser(synthesiser_client, caps.report_findings_max),
         critic=fallback.critic if critic_client is None else ModelCritic(critic_client),
         fallback=fallback if settings.roles else None,
         degradations=degradations,

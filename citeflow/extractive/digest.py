@@ -1,0 +1,340 @@
+"""The digest of an open question: every distinct finding among the verified claims, once, citing every
+page that states it.
+
+1. Claims about the question's subject are kept: a claim that shares none of the question's words, or
+   whose page never names the question's names (in its title or its claims), is about something else
+   and never ships.
+2. Near-duplicates are merged into one finding: a claim from another page joins a finding when it holds at
+   least half of the finding's sentence's content stems and gives no other number (the share the
+   citation checks need to keep its page among the sentence's citations, citeflow/checks.py). The
+   finding's sentence is one of its verified quotes; it cites every page whose claim joined.
+3. Claims that say the same of the same thing with different numbers are not merged: they are a conflict,
+   shown side by side.
+4. Findings are chosen by maximal marginal relevance: how much of the evidence a finding covers (its
+   pages) and how close it is to the question, less how much it repeats a finding already chosen; up to
+   `findings_max` findings and `words_max` words.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from citeflow.contracts import Claim, ClaimStatus, DraftSentence, SubQuestion, SynthesisInput
+from citeflow.text import content_stems, content_words, names, numbers
+
+# A claim joins a finding when it holds this share of the finding sentence's content stems: the share at
+# which the citation checks keep a citation that repeats what another citation covers.
+MERGE_MIN_SHARE = 0.5
+# ... and the finding's sentence holds this share of the claim's (rarity-weighted) stems: a short sentence
+# ("The strike began on a Monday.") holds little of a longer claim that only shares its subject.
+MEMBER_MIN_SHARE = 0.4
+# Two claims holding this share of each other's stems (numbers aside) speak of the same thing: with
+# different numbers they disagree.
+CONFLICT_MIN_SHARE = 0.6
+# Maximal marginal relevance: the weight of a finding's own worth against its repetition of those chosen.
+MMR_LAMBDA = 0.7
+# A candidate repeating a chosen finding this much (cosine of their stems) is the same finding.
+REPEAT_MAX_SIMILARITY = 0.6
+# The opening states this many of the most corroborated findings.
+OPENING_FINDINGS = 2
+# Conflicts shown side by side, at most.
+CONFLICTS_MAX = 3
+# The question's own asking words, never evidence of a claim's subject.
+_ASKING = frozenset(
+    content_stems("source sources report reported say says said know known latest context describe explain")
+)
+DIFFER_SECTION = "differ"
+# The aspects a question asks "about" weigh this much more than its subject's words, which every page
+# repeats; and a finding's worth is this share corroboration (pages), the rest closeness to the question.
+# Both set on summhay-dev (FOCUS_WEIGHT 2 -> 5: joint 0.082 -> 0.085; PAGES_SHARE 0.5 -> 0.6: 0.085 ->
+# 0.093, 0.7 and 0.85 no better): no second open-question set exists to check them on yet.
+FOCUS_WEIGHT = 5.0
+PAGES_SHARE = 0.6
+
+
+@dataclass(frozen=True)
+class Item:
+    """A verified claim as the digest weighs it."""
+
+    claim: Claim
+    source_id: str
+    stems: frozenset[str]
+    numbers: frozenset[str]
+    relevance: float = 0.0
+
+
+@dataclass
+class Finding:
+    """One distinct finding: its sentence (the lead claim's quote) and every claim that states it."""
+
+    lead: Item
+    members: list[Item] = field(default_factory=list)
+
+    @property
+    def pages(self) -> list[str]:
+        """The source ids of the independent pages that state it, the lead's first."""
+        return list(dict.fromkeys([self.lead.source_id, *(item.source_id for item in self.members)]))
+
+    section_id: str = ""
+
+    @property
+    def section(self) -> str:
+        return self.section_id or self.lead.claim.subquestion_id
+
+    def sentence(self, section: str | None = None) -> DraftSentence:
+        text = " ".join(self.lead.claim.quote.split())
+        return DraftSentence(
+            text=text, cites=self.pages, section=self.section if section is None else section
+        )
+
+
+@dataclass
+class Digest:
+    opening: list[Finding]
+    grouped: list[Finding]
+    conflicts: list[tuple[Item, Item]]
+
+    def sentences(self) -> list[DraftSentence]:
+        """The opening (section ""), then the other findings in their sub-questions' sections, then each
+        conflict's two claims side by side (section DIFFER_SECTION)."""
+        drafted = [finding.sentence("") for finding in self.opening]
+        drafted += [finding.sentence() for finding in self.grouped]
+        for first, second in self.conflicts:
+            drafted += [
+                DraftSentence(
+                    text=" ".join(item.claim.quote.split()), cites=[item.source_id], section=DIFFER_SECTION
+                )
+                for item in (first, second)
+            ]
+        return drafted
+
+
+def _share(part: frozenset[str], whole: frozenset[str]) -> float:
+    return len(part & whole) / len(whole) if whole else 0.0
+
+
+def _items(request: SynthesisInput) -> list[Item]:
+    """The verified claims, each page's quote once, that are about the question's subject, weighted by
+    how much of the question they hold (each question stem by its rarity among the claims)."""
+    titles = {source.id: source.title for source in request.sources}
+    seen: set[tuple[str, str]] = set()
+    claims = []
+    for claim in request.claims:
+        key = (claim.page_id, " ".join(claim.quote.split()))
+        if claim.status is ClaimStatus.verified and claim.source_id in titles and key not in seen:
+            seen.add(key)
+            claims.append(claim)
+    asked = frozenset(content_stems(request.question)) - _ASKING
+    # The aspects asked "about" weigh FOCUS_WEIGHT times: the rest of the question (its subject) every
+    # page repeats.
+    focus = frozenset(stem for text, _ in aspects(request.question) for stem in content_stems(text)) - _ASKING
+    subject = frozenset(stem for name in names(request.question) for stem in content_stems(name)) - _ASKING
+    bags = [frozenset(content_stems(claim.quote)) for claim in claims]
+    frequency = Counter(stem for bag in bags for stem in bag if stem in asked)
+    weight = {
+        stem: math.log(1 + len(bags) / count) * (FOCUS_WEIGHT if stem in focus else 1.0)
+        for stem, count in frequency.items()
+    }
+    total = sum(weight.values()) or 1.0
+    # A page is about the question's subject when its title or one of its claims names it; a claim of such
+    # a page may say "the strike" for "the Harbour strike".
+    on_subject = {
+        claim.page_id
+        for claim, bag in zip(claims, bags, strict=True)
+        if not subject or (bag | frozenset(content_stems(titles[claim.source_id or ""]))) & subject
+    }
+    items = []
+    for claim, bag in zip(claims, bags, strict=True):
+        if not bag & asked or claim.page_id not in on_subject:
+            continue  # about something else: never evidence for this question
+        items.append(
+            Item(
+                claim=claim,
+                source_id=claim.source_id or "",
+                stems=bag,
+                numbers=frozenset(numbers(claim.quote)),
+                relevance=sum(weight.get(stem, 0.0) for stem in bag & asked) / total,
+            )
+        )
+    return items
+
+
+def _conflicting(first: Item, second: Item) -> bool:
+    """Both give numbers, none in common: the same statement with another value."""
+    return bool(first.numbers and second.numbers and not first.numbers & second.numbers)
+
+
+def _weighted_share(part: frozenset[str], whole: frozenset[str], rarity: dict[str, float]) -> float:
+    total = sum(rarity.get(stem, 1.0) for stem in whole)
+    return sum(rarity.get(stem, 1.0) for stem in part & whole) / total if total else 0.0
+
+
+def _joins(item: Item, lead: Item, rarity: dict[str, float]) -> bool:
+    """Whether `item` states what `lead` states: it holds half of the lead's stems (what the citation
+    checks need) and half of them weighted by rarity (words every page repeats, such as the subject's
+    name, make no two claims the same), the lead holds MEMBER_MIN_SHARE of the claim's; no other number."""
+    return (
+        item.source_id != lead.source_id
+        and _share(item.stems, lead.stems) >= MERGE_MIN_SHARE
+        and _weighted_share(item.stems, lead.stems, rarity) >= MERGE_MIN_SHARE
+        and _weighted_share(lead.stems, item.stems, rarity) >= MEMBER_MIN_SHARE
+        and not _conflicting(item, lead)
+    )
+
+
+def rarity_of(items: list[Item]) -> dict[str, float]:
+    """Each stem's inverse document frequency among the claims."""
+    frequency = Counter(stem for item in items for stem in item.stems)
+    return {stem: math.log(1 + len(items) / count) for stem, count in frequency.items()}
+
+
+def _cosine(first: frozenset[str], second: frozenset[str]) -> float:
+    return len(first & second) / math.sqrt(len(first) * len(second)) if first and second else 0.0
+
+
+def _conflicts(items: list[Item]) -> list[tuple[Item, Item]]:
+    """Pairs of claims from different pages saying the same thing (numbers aside) with other numbers."""
+    found: list[tuple[Item, Item]] = []
+    used: set[str] = set()
+    for index, first in enumerate(items):
+        for second in items[index + 1 :]:
+            if first.source_id == second.source_id or not _conflicting(first, second):
+                continue
+            words_a, words_b = first.stems - first.numbers, second.stems - second.numbers
+            if min(_share(words_a, words_b), _share(words_b, words_a)) < CONFLICT_MIN_SHARE:
+                continue
+            if first.claim.id in used or second.claim.id in used:
+                continue
+            used |= {first.claim.id, second.claim.id}
+            found.append((first, second))
+    return found[:CONFLICTS_MAX]
+
+
+def select_findings(items: list[Item], findings_max: int, words_max: int) -> list[Finding]:
+    """Findings chosen one at a time by maximal marginal relevance, each taking the claims it merges;
+    stops at `findings_max` findings or before `words_max` words."""
+    rarity = rarity_of(items)
+    candidates = {
+        item.claim.id: Finding(item, [other for other in items if _joins(other, item, rarity)])
+        for item in items
+    }
+    most_pages = max((len(finding.pages) for finding in candidates.values()), default=1)
+    best_relevance = max((item.relevance for item in items), default=1.0) or 1.0
+
+    def worth(finding: Finding) -> float:
+        # Corroboration (pages, log-scaled) and closeness to the question, each on 0..1.
+        pages = math.log(1 + len(finding.pages)) / math.log(1 + most_pages)
+        return PAGES_SHARE * pages + (1 - PAGES_SHARE) * finding.lead.relevance / best_relevance
+
+    chosen: list[Finding] = []
+    used: set[str] = set()
+    words = 0
+    while len(chosen) < findings_max:
+        best, best_score = None, -math.inf
+        for finding in candidates.values():
+            if finding.lead.claim.id in used:
+                continue
+            repeat = max((_cosine(finding.lead.stems, kept.lead.stems) for kept in chosen), default=0.0)
+            if repeat >= REPEAT_MAX_SIMILARITY:
+                continue
+            score = MMR_LAMBDA * worth(finding) - (1 - MMR_LAMBDA) * repeat
+            if score > best_score:
+                best, best_score = finding, score
+        if best is None:
+            break
+        length = len(best.lead.claim.quote.split())
+        if chosen and words + length > words_max:
+            break
+        # Each claim is stated once: the claims a finding merges are no finding of their own, nor do they
+        # corroborate a later one.
+        members = [item for item in best.members if item.claim.id not in used]
+        chosen.append(Finding(best.lead, members))
+        used |= {best.lead.claim.id, *(item.claim.id for item in members)}
+        words += length
+    return chosen
+
+
+def _aspect_of(finding: Finding, subquestions: list[SubQuestion]) -> str:
+    """The sub-question a finding is grouped under: of the plan's sub-questions after the first (the
+    question itself), the one whose own words (its text, minus the question's usual words) the finding's
+    sentence holds most of; else the sub-question its claim answered."""
+    best, best_shared = finding.lead.claim.subquestion_id, 0
+    for sub in subquestions[1:]:
+        own = frozenset(content_stems(sub.text)) - _ASKING
+        shared = len(own & finding.lead.stems)
+        if shared > best_shared:
+            best, best_shared = sub.id, shared
+    return best
+
+
+def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest:
+    """The digest of the request's verified claims: an opening of the most corroborated findings, the
+    others by sub-question, and the claims that disagree."""
+    items = _items(request)
+    conflicts = _conflicts(items)
+    disputed = {item.claim.id for pair in conflicts for item in pair}
+    findings = select_findings(
+        [item for item in items if item.claim.id not in disputed], findings_max, words_max
+    )
+    for finding in findings:
+        finding.section_id = _aspect_of(finding, request.subquestions)
+    ranked = sorted(findings, key=lambda finding: -len(finding.pages))
+    opening = [finding for finding in ranked[:OPENING_FINDINGS] if len(finding.pages) > 1] or ranked[:1]
+    grouped = [finding for finding in findings if finding not in opening]
+    return Digest(opening=opening, grouped=grouped, conflicts=conflicts)
+
+
+_TOPIC = re.compile(
+    r"\b(?:about|regarding|concerning|surrounding|(?:latest|news|updates?) on)\s+(.+?)[?.!]*$", re.IGNORECASE
+)
+_QUOTED = re.compile(r'"([^"]{3,})"')
+_ASPECT_PREFIX = "What do the sources report about "
+# A query keeps at most this many words of the question's subject beside an aspect's own words.
+SUBJECT_QUERY_WORDS = 8
+
+
+def aspects(question: str) -> list[tuple[str, str]]:
+    """(sub-question, query) for each aspect a question asks about: "what do the sources report about the
+    strike and its effects on trade?" -> the strike; its effects on trade. Each query is the aspect's
+    words and the question's subject (its quoted title or its names). Empty when the question names no
+    topic after "about" (or "regarding", ...): the rules' plan then reads it."""
+    found = _TOPIC.search(question.strip())
+    if not found:
+        return []
+    focus = found.group(1)
+    quoted = _QUOTED.findall(question)
+    subject = (
+        content_words(" ".join(quoted))
+        if quoted
+        else [w.casefold() for w in names(question[: found.start()])]
+    )
+    parts = [part.strip() for part in re.split(r",|\band\b|\bas well as\b", focus) if content_words(part)]
+    chosen = []
+    for part in parts:
+        own = content_words(part)
+        rest = [word for word in dict.fromkeys(subject) if word not in own][:SUBJECT_QUERY_WORDS]
+        chosen.append((f"{_ASPECT_PREFIX}{part}?", " ".join([*own, *rest])))
+    return chosen
+
+
+# An aspect with fewer verified claims than this after the first round is searched again, on its own words.
+ASPECT_MIN_CLAIMS = 3
+
+
+def thin_aspects(evidence: SynthesisInput) -> list[tuple[str, str]]:
+    """(sub-question, query) for each aspect of the plan whose sub-question has fewer than
+    ASPECT_MIN_CLAIMS verified claims: searched again on the aspect's own words only, without the
+    subject's, which the first round's query shared with every other aspect."""
+    counts = Counter(
+        claim.subquestion_id for claim in evidence.claims if claim.status is ClaimStatus.verified
+    )
+    asked = dict(aspects(evidence.question))
+    return [
+        (f"What else do the sources report about {sub.text.removeprefix(_ASPECT_PREFIX).rstrip('?')}?",
+         " ".join(content_words(sub.text.removeprefix(_ASPECT_PREFIX))))
+        for sub in evidence.subquestions
+        if sub.text in asked and counts[sub.id] < ASPECT_MIN_CLAIMS
+    ]  # fmt: skip

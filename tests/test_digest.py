@@ -1,0 +1,220 @@
+"""Open questions get a digest: the report kind read from the question, near-duplicate claims merged into
+one finding citing every page, conflicts side by side, off-topic claims left out. Questions and pages
+are written for these tests."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from openai_server import Reply, ScriptedServer
+
+from citeflow.checks import mechanical_critique, prune_citations
+from citeflow.config import Caps
+from citeflow.contracts import Claim, ClaimStatus, Source, SubQuestion, SynthesisInput
+from citeflow.extractive import extractive_engine
+from citeflow.extractive.digest import DIFFER_SECTION, digest
+from citeflow.extractive.kind import ReportKind, report_kind
+from citeflow.llm.budget import MemoryCallLog
+from citeflow.llm.client import EndpointPool
+from citeflow.llm.roles import ModelEngine, build_engine
+from citeflow.llm.settings import Limits, ModelSettings, RoleConfig, RoleName
+from tasks.writer import EngineSteps, write_report
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("Who designed the Harbour Bridge?", ReportKind.answer),
+        ("In what year did the ferry service start?", ReportKind.answer),
+        ("How many lighthouses does the coast have?", ReportKind.answer),
+        ("Is the harbour deeper than the bay?", ReportKind.answer),
+        ("Which is older, the museum or the library?", ReportKind.answer),
+        ("How is the ferry company related to the port authority?", ReportKind.answer),
+        ("The ferry, launched in which year, carried 200 people?", ReportKind.answer),
+        ("What do the sources report about the harbour strike and its effects?", ReportKind.digest),
+        ("How does the port screen its cargo?", ReportKind.digest),
+        ("Why did the ferry company close?", ReportKind.digest),
+        ("What were the consequences of the storm for the fishing fleet?", ReportKind.digest),
+        ("Latest on the harbour dredging project", ReportKind.digest),
+        ("Describe the history of the lighthouse.", ReportKind.digest),
+    ],
+)
+def test_the_report_kind_follows_the_grammar_of_the_question(question: str, kind: ReportKind) -> None:
+    assert report_kind(question) is kind
+
+
+QUESTION = "What do the sources report about the Harbour strike and its effects?"
+SUBS = [SubQuestion(id="q1", position=0, text=QUESTION, query="Harbour strike effects")]
+READ = datetime(2026, 1, 1, tzinfo=UTC)
+QUOTES = [
+    # Three pages say the strike closed the port, in their own words.
+    ("S1", "The Harbour strike closed the port for nine days in March."),
+    ("S2", "Dock workers said the strike closed the port for nine days."),  # its page names no Harbour
+    ("S2", "The Harbour strike began on a Monday."),  # ... but this claim does
+    ("S3", "For nine days the Harbour strike kept the port closed to ships."),
+    # Two pages say fish prices rose.
+    ("S4", "Fish prices in the Harbour markets rose sharply during the strike."),
+    ("S2", "During the strike, fish prices rose sharply in local markets."),
+    # Two pages give different counts of the strikers.
+    ("S5", "About 3000 Harbour workers joined the strike on its first day."),
+    ("S6", "About 1200 Harbour workers joined the strike on its first day."),
+    # A page about something else: never evidence for this question.
+    ("S7", "The Alpine railway opened a new tunnel under the pass."),
+]
+
+
+def request() -> SynthesisInput:
+    claims = [
+        Claim(
+            id=f"C{n}",
+            run_id="r1",
+            subquestion_id="q1",
+            page_id=f"p{source[1:]}",
+            page_hash="h",
+            text=quote,
+            quote=quote,
+            status=ClaimStatus.verified,
+            source_id=source,
+        )
+        for n, (source, quote) in enumerate(QUOTES, start=1)
+    ]
+    sources = [
+        Source(id=f"S{n}", page_id=f"p{n}", url=f"https://example.org/{n}", title=title, stored_at=READ)
+        for n, title in enumerate(["Port news"] * 6 + ["Mountain travel"], start=1)
+    ]
+    return SynthesisInput(question=QUESTION, subquestions=SUBS, claims=claims, sources=sources)
+
+
+def test_near_duplicates_from_different_pages_become_one_finding_citing_every_page() -> None:
+    found = digest(request(), findings_max=12, words_max=400)
+    findings = found.opening + found.grouped
+    texts = {finding.lead.claim.quote: finding.pages for finding in findings}
+    closed = [pages for text, pages in texts.items() if "nine days" in text]
+    assert closed == [["S1", "S2", "S3"]] or sorted(closed[0]) == ["S1", "S2", "S3"]
+    prices = [pages for text, pages in texts.items() if "fish prices" in text.casefold()]
+    assert len(prices) == 1 and sorted(prices[0]) == ["S2", "S4"]
+    # The most corroborated finding opens the digest.
+    assert "nine days" in found.opening[0].lead.claim.quote
+
+
+def test_conflicting_figures_are_shown_side_by_side_and_off_topic_claims_never_ship() -> None:
+    draft = extractive_engine().synthesiser.write(request())
+    differ = [sentence for sentence in draft.sentences if sentence.section == DIFFER_SECTION]
+    assert sorted(s.cites[0] for s in differ) == ["S5", "S6"]
+    assert not any("railway" in sentence.text for sentence in draft.sentences)
+    # Each finding is stated once, and every sentence passes the citation checks with its cites intact.
+    assert len({sentence.text for sentence in draft.sentences}) == len(draft.sentences)
+    pruned, dropped = prune_citations(draft, request().claims)
+    assert dropped == 0 and mechanical_critique(pruned, request().claims).approved
+
+
+def test_the_caps_bound_the_findings() -> None:
+    found = digest(request(), findings_max=1, words_max=400)
+    assert len(found.opening + found.grouped) == 1
+    words = digest(request(), findings_max=12, words_max=15)
+    assert len(words.opening + words.grouped) == 1  # the first finding always ships
+
+
+def test_an_open_question_is_planned_by_the_aspects_it_asks_about_and_thin_ones_are_followed_up() -> None:
+    question = (
+        'In the context of "The Harbour Strike of Port Ellis", what do the sources report about wages and '
+        "the reopening?"
+    )
+    plan = extractive_engine().planner.plan(question, 5)
+    assert [sub.text for sub in plan[1:]] == [
+        "What do the sources report about wages?",
+        "What do the sources report about the reopening?",
+    ]
+    assert plan[1].query.split()[:1] == ["wages"] and "harbour" in plan[1].query.split()
+    # The first round found three claims about wages and one about the reopening: only that is searched
+    # again, on its own words.
+    claims = request().claims
+    given = [
+        c.model_copy(update={"subquestion_id": sub})
+        for c, sub in zip(claims, ["q2"] * 3 + ["q3"], strict=False)
+    ]
+    evidence = SynthesisInput(question=question, subquestions=plan, claims=given, sources=request().sources)
+    follow = extractive_engine().planner.follow_up(evidence, 5)
+    assert [(sub.text, sub.query) for sub in follow] == [
+        ("What else do the sources report about the reopening?", "reopening")
+    ]
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as running:
+        yield running
+
+
+def synthesiser_on(server: ScriptedServer, **options: object) -> ModelEngine:
+    config = RoleConfig.model_validate({"model": "m", "base_url": server.url, "max_attempts": 1, **options})
+    settings = ModelSettings(roles={RoleName.synthesiser: config}, limits=Limits(backoff_seconds=0.01))
+    return build_engine(
+        settings, MemoryCallLog(), "r1", caps=Caps(), fallback=extractive_engine(),
+        pool=EndpointPool(settings.limits, {}),
+    )  # fmt: skip
+
+
+def test_the_model_writes_the_digest_one_finding_a_line_and_the_program_cites_its_pages(
+    server: ScriptedServer,
+) -> None:
+    models = synthesiser_on(server)
+    server.enqueue(
+        Reply(
+            content="Here is the digest:\nF1: The Harbour strike closed the port for nine days.\n"
+            "F9: not a finding\nF2: Fish prices in the Harbour markets rose sharply during the strike."
+        )
+    )
+    review = write_report(EngineSteps(models.engine), request(), 0, lambda: True)
+    (prompt,) = server.requests
+    shown = prompt.prompt
+    assert "F1 (3 pages): " in shown and "railway" not in shown  # merged findings, not raw claims
+    kept = review.kept
+    assert kept[0].section == "" and sorted(kept[0].cites) == ["S1", "S2", "S3"]
+    assert kept[0].text == "The Harbour strike closed the port for nine days."
+    assert sorted(kept[1].cites) == ["S2", "S4"]
+    # The extractive digest is the floor: what the model left out (the conflicting counts) is added.
+    assert {s.cites[0] for s in kept if s.section == DIFFER_SECTION} == {"S5", "S6"}
+    assert not review.removed
+
+
+def test_a_digest_reply_with_no_usable_line_is_retried_once_then_the_extractive_digest_is_used(
+    server: ScriptedServer,
+) -> None:
+    models = synthesiser_on(server)
+    server.enqueue(Reply(content="I think the strike was bad."), Reply(content='{"sentences": []}'))
+    review = write_report(EngineSteps(models.engine), request(), 0, lambda: True)
+    assert len(server.requests) == 2
+    assert "no line has the form 'F<number>: <sentence>'" in server.requests[1].prompt
+    assert [s.text for s in review.kept] == [
+        s.text for s in extractive_engine().synthesiser.write(request()).sentences
+    ]
+    assert "no usable line twice" in models.degradations.drain()[0].reason
+
+
+def test_the_digest_prompt_fits_a_small_context_window(server: ScriptedServer) -> None:
+    models = synthesiser_on(server, context_tokens=1024, max_output_tokens=256)
+    # Thirty distinct findings, each a long quote: more than 1,024 tokens can show.
+    many = request().model_copy(
+        update={
+            "claims": [
+                claim.model_copy(
+                    update={
+                        "id": f"C{n}",
+                        "quote": f"The Harbour strike committee {n} met on pier {n} "
+                        + "and talked at length " * 6,
+                        "text": f"The Harbour strike committee {n} met on pier {n}.",
+                    }
+                )
+                for n, claim in enumerate([request().claims[0]] * 30, start=100)
+            ]
+        }
+    )
+    server.enqueue(Reply(content="F1: x"))
+    write_report(EngineSteps(models.engine), many, 0, lambda: True)
+    (prompt,) = server.requests
+    shown = re.findall(r"^F\d+ \(", prompt.prompt, re.MULTILINE)
+    assert 0 < len(shown) < 24 and len(prompt.prompt) < (1024 - 256) * 4
