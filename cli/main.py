@@ -294,6 +294,43 @@ def runs(
         out.print(line + one.question, markup=False, highlight=False, soft_wrap=True)
 
 
+@app.command()
+def audit(
+    run_id: Annotated[str, typer.Argument(help="The run whose report to check again (see citeflow runs).")],
+    db: DbOption = None,
+    latest: Annotated[
+        bool,
+        typer.Option(
+            "--latest",
+            help="Check the claims against each page's newest stored version instead of the version "
+            "cited, and list those it no longer supports.",
+        ),
+    ] = False,
+) -> None:
+    """Re-verify a past report: each sentence against the exact page versions it cited (content hashes,
+    quote offsets, sentence checks), one line each; exits 1 on any problem."""
+    from tasks.audit import audit_run
+
+    try:
+        result = audit_run(store_of(db), run_id, latest)
+    except CiteflowError as error:
+        fail(error)
+    for problem in result.problems:
+        err.print(f"error: {clean_line(problem)}", markup=False, highlight=False, soft_wrap=True)
+    for sentence in result.sentences:
+        cites = f" [{', '.join(sentence.cites)}]" if sentence.cites else ""
+        verdict = "ok" if not sentence.problems else "FAILED: " + "; ".join(sentence.problems)
+        line = f"{sentence.position:>3}  {verdict}  {clean_line(sentence.text)}{cites}"
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    if result.unsupported_claims:
+        newest = "the newest page versions" if latest else "the page versions cited"
+        out.print(f"claims {newest} no longer support:", markup=False, highlight=False)
+        for line in result.unsupported_claims:
+            out.print(f"  {clean_line(line)}", markup=False, highlight=False, soft_wrap=True)
+    if not result.sound:
+        raise typer.Exit(1)
+
+
 server_app = typer.Typer(
     help="The local Prefect server that runs, schedules and the UI share.", no_args_is_help=True
 )
