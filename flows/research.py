@@ -44,7 +44,7 @@ from storage.store import EvidenceStore, get_store
 from tasks.caching import Computed, fresh
 from tasks.changes import Changes, changes_since_last_run
 from tasks.context import RunContext, open_run_context
-from tasks.finish import finish_task, slug
+from tasks.finish import Finding, finish_task, slug
 from tasks.planner import follow_up_task, plan_task
 from tasks.researcher import Researched, record_research, research_task
 from tasks.verifier import select_pages, verify_task
@@ -288,18 +288,18 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
     with store.session():
         changes = changes_since_last_run(store, run.topic, run_id, claims) if run.topic else None
         metrics_now = run_metrics(store, run_id, clock, started)
-    report = finish_task(
-        subquestions,
-        review,
-        numbered,
-        claims,
-        pages_found,
-        pages_verified,
-        metrics_now,
-        artifact_key,
-        changes,
-        degradation_caveats(degraded),
+    found = Finding(
+        subquestions=subquestions,
+        review=review,
+        sources=numbered,
+        claims=claims,
+        pages_found=pages_found,
+        pages_verified=pages_verified,
+        metrics=metrics_now,
+        changes=changes,
+        fallback_caveats=degradation_caveats(degraded),
     )
+    report = finish_task(found, artifact_key)
     update_progress_artifact(progress, 100.0)
     logger.info("finish: %s report at %s", report.status.value, report.report_path)
     return report, changes
