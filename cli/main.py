@@ -76,7 +76,8 @@ def run(
     try:
         text = checked_question(question)
         dotted = flags(db, reports, search, model, base_url, set_)
-        settings = settings_from(config, dotted).settings  # a bad setting fails here, before any run
+        loaded = settings_from(config, dotted)  # a bad setting fails here, before any run
+        settings = loaded.settings
         from citeflow.web.providers import provider_chain
         from storage.store import get_store
 
@@ -95,7 +96,8 @@ def run(
             state = supervised(
                 lambda: research_flow(
                     question=text,
-                    settings=dotted,
+                    # The models an endpoint was asked for are passed on: the flow asks no endpoint again.
+                    settings=dotted | loaded.served_models(),
                     config=str(config) if config else None,
                     refresh=refresh,
                     return_state=True,
