@@ -23,7 +23,7 @@ from citeflow.roles import Degradation, degradation_caveats
 from flows.lifecycle import owned_run
 from flows.research import TASK_WORKERS, StageClock, record_degradations, research_flow, run_metrics
 from storage.store import get_store
-from tasks.context import open_run_context
+from tasks.context import current_run, open_run_context
 from tasks.finish import finish
 from tasks.planner import follow_up_task, plan_task
 from tasks.researcher import Researched, record_research, research_task
@@ -152,10 +152,10 @@ class FunctionSteps:
     """The writer's steps as the tasks' own functions, without Prefect."""
 
     def synthesise(self, request: SynthesisInput) -> tuple[Draft, int]:
-        return synthesise_task.fn(request)
+        return current_run().fallbacks.take(synthesise_task.fn(request), reused=False)
 
     def critique(self, request: SynthesisInput, draft: Draft) -> tuple[Critique, bool]:
-        return critique_task.fn(request, draft)
+        return current_run().fallbacks.take(critique_task.fn(request, draft), reused=False)
 
     def complete(self, request: SynthesisInput, draft: Draft) -> Draft:
         return TaskSteps().complete(request, draft)
@@ -182,7 +182,7 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
             return pool.submit(contextvars.copy_context().run, function, *args)
 
         with clock.stage("plan") as metrics:
-            subquestions = plan_task.fn(question)
+            subquestions = run.fallbacks.take(plan_task.fn(question), reused=False)
         store.add_subquestions(run_id, subquestions)
         record_degradations(run, metrics, degraded)
         with clock.stage("research"):
@@ -200,7 +200,9 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
                 submit(verify_task.fn, by_id[sub_id], page_id, f"C{n}")
                 for n, (page_id, sub_id) in enumerate(pages, start=1)
             ]
-            checked: list[list[Claim]] = [future.result() for future in verifying]
+            checked: list[list[Claim]] = [
+                run.fallbacks.take(future.result(), reused=False) for future in verifying
+            ]
             store.add_claims(
                 [claim.model_copy(update={"run_id": run_id}) for page in checked for claim in page]
             )
@@ -211,7 +213,7 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
             evidence = SynthesisInput(
                 question=question, subquestions=subquestions, claims=claims, sources=numbered
             )
-            store.add_subquestions(run_id, follow_up_task.fn(evidence))
+            store.add_subquestions(run_id, run.fallbacks.take(follow_up_task.fn(evidence), reused=False))
             record_degradations(run, metrics, degraded)
         with clock.stage("write") as metrics:
             request = SynthesisInput(

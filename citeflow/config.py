@@ -193,6 +193,10 @@ def _validated(model: type[BaseModel], data: Mapping[str, Any], where: str) -> A
         raise InputError(where, problems, "nothing was run") from None
 
 
+# How `Loaded.sources` names a model found by asking its endpoint for the one model it serves.
+SERVED_MODEL = "the one model"
+
+
 class Loaded(BaseModel):
     """The settings of a run, and for each value set by a layer, which one: `caps.token_budget` ->
     'citeflow.toml', 'environment (CITEFLOW_CAPS__TOKEN_BUDGET)', 'flags'. Unlisted values are defaults."""
@@ -201,6 +205,15 @@ class Loaded(BaseModel):
 
     settings: Settings
     sources: dict[str, str]
+
+    def served_models(self) -> dict[str, str]:
+        """Each model these settings got by asking its endpoint, as a dotted flag ("defaults.model" ->
+        the model): given to the flow with the command's own flags, the run does not ask again."""
+        return {
+            name: getattr(self.settings, name.removesuffix(".model")).model
+            for name, source in self.sources.items()
+            if source.startswith(SERVED_MODEL)
+        }
 
 
 def load_settings(
@@ -265,7 +278,7 @@ def _with_served_models(settings: Settings, env: Mapping[str, str], sources: dic
             key_env = str(merged.get("api_key_env", RoleConfig.model_fields["api_key_env"].default))
             served[url] = only_model(url, env.get(key_env, ""))
         update[name] = section.model_copy(update={"model": served[url]})
-        sources[f"{name}.model"] = f"the one model {public_url(url)} serves"
+        sources[f"{name}.model"] = f"{SERVED_MODEL} {public_url(url)} serves"
         if name == "defaults":
             base = base | {"model": served[url]}
     return settings.model_copy(update=update)

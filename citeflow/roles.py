@@ -40,6 +40,11 @@ class Degradation(BaseModel):
     short: str = Field(
         max_length=CAVEAT_MAX_CHARS, description="One line written by citeflow, never by a model."
     )
+    transient: bool = Field(
+        default=False,
+        description="Caused by something that may pass by the next run (an endpoint down, the budget "
+        "spent), not by what the model replied: a result holding it is not cached.",
+    )
 
 
 # The degradations added by the code running in this context (a task's thread), when someone watches.
@@ -54,20 +59,24 @@ class DegradationLog:
         self._items: list[Degradation] = []
         self._lock = threading.Lock()
 
-    def add(self, role: str, subject: str, reason: str, short: str) -> None:
+    def add(self, role: str, subject: str, reason: str, short: str, transient: bool = False) -> None:
+        """One fallback: to the block watching this context if there is one (a task, whose result then
+        carries it), else to the log the flow drains."""
         if len(short) > CAVEAT_MAX_CHARS:
             short = short[: CAVEAT_MAX_CHARS - 3] + "..."
-        item = Degradation(role=role, subject=subject, reason=reason, short=short)
-        with self._lock:
-            self._items.append(item)
+        item = Degradation(role=role, subject=subject, reason=reason, short=short, transient=transient)
         seen = _watching.get()
         if seen is not None:
             seen.append(item)
+            return
+        with self._lock:
+            self._items.append(item)
 
     @contextmanager
     def watch(self) -> Iterator[list[Degradation]]:
-        """The degradations added by code running inside the block in this context: stages run their
-        roles in the calling thread, so a task can tell its own fallbacks from other tasks'."""
+        """The degradations added by code running inside the block in this context, kept out of the
+        log: stages run their roles in the calling thread, so a task owns its own fallbacks and returns
+        them with its result (cached together)."""
         seen: list[Degradation] = []
         token = _watching.set(seen)
         try:

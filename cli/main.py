@@ -76,7 +76,8 @@ def run(
     try:
         text = checked_question(question)
         dotted = flags(db, reports, search, model, base_url, set_)
-        settings = settings_from(config, dotted).settings  # a bad setting fails here, before any run
+        loaded = settings_from(config, dotted)  # a bad setting fails here, before any run
+        settings = loaded.settings
         from citeflow.web.providers import provider_chain
         from storage.store import get_store
 
@@ -95,7 +96,8 @@ def run(
             state = supervised(
                 lambda: research_flow(
                     question=text,
-                    settings=dotted,
+                    # The models an endpoint was asked for are passed on: the flow asks no endpoint again.
+                    settings=dotted | loaded.served_models(),
                     config=str(config) if config else None,
                     refresh=refresh,
                     return_state=True,
@@ -292,6 +294,43 @@ def runs(
         seconds = "" if one.wall_seconds is None else f"{one.wall_seconds:.1f}"
         line = f"{one.run_id}  {one.status.value:<9}  {one.started_at:%Y-%m-%d %H:%M:%S}  {seconds:>7}  "
         out.print(line + one.question, markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def audit(
+    run_id: Annotated[str, typer.Argument(help="The run whose report to check again (see citeflow runs).")],
+    db: DbOption = None,
+    latest: Annotated[
+        bool,
+        typer.Option(
+            "--latest",
+            help="Check the claims against each page's newest stored version instead of the version "
+            "cited, and list those it no longer supports.",
+        ),
+    ] = False,
+) -> None:
+    """Re-verify a past report: each sentence against the exact page versions it cited (content hashes,
+    quote offsets, sentence checks), one line each; exits 1 on any problem."""
+    from tasks.audit import audit_run
+
+    try:
+        result = audit_run(store_of(db), run_id, latest)
+    except CiteflowError as error:
+        fail(error)
+    for problem in result.problems:
+        err.print(f"error: {clean_line(problem)}", markup=False, highlight=False, soft_wrap=True)
+    for sentence in result.sentences:
+        cites = f" [{', '.join(sentence.cites)}]" if sentence.cites else ""
+        verdict = "ok" if not sentence.problems else "FAILED: " + "; ".join(sentence.problems)
+        line = f"{sentence.position:>3}  {verdict}  {clean_line(sentence.text)}{cites}"
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    if result.unsupported_claims:
+        newest = "the newest page versions" if latest else "the page versions cited"
+        out.print(f"claims {newest} no longer support:", markup=False, highlight=False)
+        for line in result.unsupported_claims:
+            out.print(f"  {clean_line(line)}", markup=False, highlight=False, soft_wrap=True)
+    if not result.sound:
+        raise typer.Exit(1)
 
 
 server_app = typer.Typer(

@@ -42,10 +42,10 @@ from citeflow.roles import FALLBACK_STAGE_SUFFIX, Degradation, degradation_cavea
 from flows.lifecycle import owned_run
 from flows.notifications import notify as tell
 from storage.store import EvidenceStore, get_store
-from tasks.caching import fresh
+from tasks.caching import Computed, fresh
 from tasks.changes import Changes, changes_since_last_run
 from tasks.context import RunContext, open_run_context
-from tasks.finish import finish_task, slug
+from tasks.finish import Finding, finish_task, slug
 from tasks.planner import follow_up_task, plan_task
 from tasks.researcher import Researched, record_research, research_task
 from tasks.verifier import select_pages, verify_task
@@ -96,23 +96,27 @@ def run_metrics(store: EvidenceStore, run_id: str, clock: StageClock, started: f
 
 
 def record_degradations(run: RunContext, stage: StageMetrics, done: list[Degradation]) -> None:
-    """Each fallback of the stage: an error row with the full reason, a count in the stage's metrics,
-    and (through `done`) a short caveat of the report."""
-    for degradation in run.models.degradations.drain():
+    """Each fallback of the stage: a count in the stage's metrics and (through `done`) a short caveat of
+    the report; an error row with the full reason for each this run computed (a result reused from the
+    cache had its fallbacks recorded once, by the run that computed it)."""
+    computed, reused = run.fallbacks.drain()
+    computed += run.models.degradations.drain()  # those of steps run in the flow's own thread
+    for degradation in computed:
         subject = f" ({degradation.subject})" if degradation.subject else ""
         detail = f"the {degradation.role} fell back to the extractive engine{subject}: {degradation.reason}"
         run.store.add_error(
             RunError(run_id=run.run_id, stage=f"{stage.stage}{FALLBACK_STAGE_SUFFIX}", detail=detail)
         )
-        stage.degradations += 1
-        done.append(degradation)
+    stage.degradations += len(computed) + len(reused)
+    done += computed + reused
 
 
 def settled(
     run: RunContext, stage: str, futures: list[PrefectFuture], subquestion_ids: list[str | None]
 ) -> list:
-    """The results of mapped tasks that succeeded; each failure (after its retries) becomes an error row,
-    and each result another run computed (a cache hit) a trace row saying so."""
+    """The results of mapped tasks that succeeded, their fallbacks noted in the run's; each failure
+    (after its retries) becomes an error row, and each result another run computed (a cache hit) a trace
+    row saying so."""
     results = []
     for future, subquestion_id in zip(futures, subquestion_ids, strict=True):
         future.wait()
@@ -124,14 +128,16 @@ def settled(
                 )
             )
             continue
-        if state.name == "Cached":
+        cached = state.name == "Cached"
+        if cached:
             now = datetime.now(UTC)
             reused = "result of an earlier run reused"
             run.store.add_trace(
                 Trace(run_id=run.run_id, stage=stage, subquestion_id=subquestion_id, actor="cache",
                       started_at=now, ended_at=now, outcome=Outcome.ok, detail=reused)
             )  # fmt: skip
-        results.append(future.result())
+        result = future.result()  # research, which calls no model, returns its result bare
+        results.append(run.fallbacks.take(result, cached) if isinstance(result, Computed) else result)
     return results
 
 
@@ -283,18 +289,18 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
     with store.session():
         changes = changes_since_last_run(store, run.topic, run_id, claims) if run.topic else None
         metrics_now = run_metrics(store, run_id, clock, started)
-    report = finish_task(
-        subquestions,
-        review,
-        numbered,
-        claims,
-        pages_found,
-        pages_verified,
-        metrics_now,
-        artifact_key,
-        changes,
-        degradation_caveats(degraded),
+    found = Finding(
+        subquestions=subquestions,
+        review=review,
+        sources=numbered,
+        claims=claims,
+        pages_found=pages_found,
+        pages_verified=pages_verified,
+        metrics=metrics_now,
+        changes=changes,
+        fallback_caveats=degradation_caveats(degraded),
     )
+    report = finish_task(found, artifact_key)
     update_progress_artifact(progress, 100.0)
     logger.info("finish: %s report at %s", report.status.value, report.report_path)
     return report, changes

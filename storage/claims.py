@@ -93,3 +93,9 @@ def renumber_sources(cur: duckdb.DuckDBPyConnection, run_id: str, numbers: dict[
 
 def add_sentences(cur: duckdb.DuckDBPyConnection, sentences: list[ReportSentence]) -> None:
     insert(cur, "report_sentences", sentences)
+
+
+def sentences(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[ReportSentence]:
+    """The run's report sentences, kept and removed, in report order."""
+    sql = f"SELECT {columns(ReportSentence)} FROM report_sentences WHERE run_id = ? ORDER BY position"
+    return select(cur, ReportSentence, sql, [run_id])

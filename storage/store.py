@@ -319,6 +319,10 @@ class EvidenceStore:
         with self.transaction() as cur:
             claims_table.add_sentences(cur, sentences)
 
+    def report_sentences(self, run_id: str) -> list[ReportSentence]:
+        with self.cursor() as cur:
+            return claims_table.sentences(cur, run_id)
+
     # -- model calls, traces, errors ----------------------------------------------------------------
 
     def add_model_call(self, call: ModelCall) -> None:

@@ -10,37 +10,42 @@ caps or citeflow's own code misses, as it must. Each key hashes:
               caps that change what it keeps
   synthesise  the claims and sources it is given, the synthesiser's identity
   critique    the same, the draft it judges, the critic's identity
-A role's identity is its model, endpoint and generation settings, or "extractive"; CODE_VERSION (a hash of
-citeflow's own source) stands for the prompt version and the extractive engine's rules, so changing either
-misses the cache without anyone having to remember to bump a number.
+A role's identity is its model, endpoint and generation settings, or "extractive"; `code_version` of the
+stage's module (a hash of its source and of every module of citeflow, tasks and storage it imports, at any
+depth) stands for the prompt version and the extractive engine's rules, so changing either misses the
+cache without anyone having to remember to bump a number, while editing the writer leaves every page's
+verification cached.
 
-A result that fell back to a default (a model reply unusable, the budget reached) is not cached: the next
-run asks the model again.
+What is cached is what is deterministic. A model reply is a property of (model identity, prompt, page):
+a stage whose reply was unusable, or whose claims failed the checks, is cached with its fallback, and a
+task returns its fallbacks with its result (`Computed`), so a reused result still says which of its calls
+fell back and why. A fallback for a transient cause (a timeout, a connection error, a 429 or 5xx past the
+retries, the budget spent) keeps the result out of the cache, so the next run asks the model again; a
+cancelled or failed task is never cached.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from prefect import Task
 from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 from prefect.transactions import get_transaction
 
-import citeflow
-import tasks
 from citeflow.config import Settings
 from citeflow.contracts import SynthesisInput
 from citeflow.llm.client import public_url
 from citeflow.llm.settings import RoleName
-from citeflow.roles import DegradationLog
+from citeflow.roles import Degradation, DegradationLog
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -49,15 +54,59 @@ R = TypeVar("R")
 _NOT_IDENTITY = {"api_key_env", "timeout_seconds", "max_attempts", "base_url"}
 
 
+# The packages whose code decides what a stage computes (flows and cli only compose and present).
+OWN_PACKAGES = ("citeflow", "tasks", "storage")
+
+
+def _source(module: str) -> str | None:
+    """The path of one of our modules' source, or None for a module of another package."""
+    if module.split(".")[0] not in OWN_PACKAGES:
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # `from package import name` where name is no module
+        return None
+    return spec.origin if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+
+
+def _imported(module: str, source: bytes) -> set[str]:
+    """The modules `source` imports, with the packages holding them (their __init__ runs too), and the
+    submodules named by `from package import name`."""
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            named.add(node.module)
+            named.update(f"{node.module}.{alias.name}" for alias in node.names)
+    parents = {".".join(name.split(".")[:n]) for name in named for n in range(1, name.count(".") + 1)}
+    return named | parents
+
+
+def stage_sources(module: str) -> dict[str, bytes]:
+    """The source of `module` and of every module of OWN_PACKAGES it imports, at any depth, by name."""
+    sources: dict[str, bytes] = {}
+    waiting = [module]
+    while waiting:
+        name = waiting.pop()
+        path = _source(name)
+        if path is None or name in sources:
+            continue
+        with open(path, "rb") as file:
+            sources[name] = file.read()
+        waiting += _imported(name, sources[name]) - sources.keys()
+    return sources
+
+
 @cache
-def code_version() -> str:
-    """A hash of the source of citeflow and its stages: prompts, extractive rules and checks included."""
+def code_version(module: str) -> str:
+    """A hash of `stage_sources(module)`: the prompts, extractive rules and checks a stage runs, and
+    nothing it does not."""
+    sources = stage_sources(module)
     digest = hashlib.sha256()
-    for package in (citeflow, tasks):
-        root = Path(package.__file__).parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(path.relative_to(root).as_posix().encode())
-            digest.update(path.read_bytes())
+    for name in sorted(sources):
+        digest.update(name.encode())
+        digest.update(sources[name])
     return digest.hexdigest()[:16]
 
 
@@ -98,15 +147,50 @@ class StageKey(CachePolicy):
     ) -> str | None:
         if self.parts is None:
             return None
-        return f"citeflow-{self.stage}-{digest(code_version(), *self.parts(inputs))}"
+        version = code_version(task_ctx.task.fn.__module__)
+        return f"citeflow-{self.stage}-{digest(version, *self.parts(inputs))}"
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Computed(Generic[T]):
+    """A stage's result and the fallbacks its calls made, cached together: a run reusing it shows the
+    same caveats, while the error rows stay those of the run that computed it."""
+
+    value: T
+    fallbacks: list[Degradation]
+
+
+@dataclass
+class Fallbacks:
+    """A run's fallbacks, taken from its stages' results as the flow receives them: those this run
+    computed become its error rows; those of results reused from the cache were recorded by the run that
+    computed them, and only count (and give the report the same caveats)."""
+
+    computed: list[Degradation] = field(default_factory=list)
+    reused: list[Degradation] = field(default_factory=list)
+
+    def take(self, result: Computed[T], reused: bool) -> T:
+        """The stage's value, its fallbacks noted."""
+        (self.reused if reused else self.computed).extend(result.fallbacks)
+        return result.value
+
+    def drain(self) -> tuple[list[Degradation], list[Degradation]]:
+        """(computed, reused) since the last drain."""
+        taken = (self.computed, self.reused)
+        self.computed, self.reused = [], []
+        return taken
 
 
 @contextmanager
-def cached_unless_degraded(degradations: DegradationLog) -> Iterator[None]:
-    """Run a task body; if a role fell back to its default inside it, keep its result out of the cache."""
+def cached_unless_transient(degradations: DegradationLog) -> Iterator[list[Degradation]]:
+    """Run a task body, collecting the fallbacks of its roles (for its `Computed` result); a fallback
+    with a transient cause keeps the result out of the cache."""
     with degradations.watch() as seen:
-        yield
-    if seen:
+        yield seen
+    if any(degradation.transient for degradation in seen):
         transaction = get_transaction()
         if transaction is not None:  # None when a test calls the task's plain function directly
             transaction.write_on_commit = False

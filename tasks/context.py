@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from citeflow.config import Settings
 from citeflow.extractive import extractive_engine
@@ -20,6 +20,7 @@ from citeflow.roles import Engine
 from citeflow.web.research import WebResearch, open_research
 from storage.search import LocalSearch
 from storage.store import EvidenceStore
+from tasks.caching import Fallbacks
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class RunContext:
     web: WebResearch
     models: ModelEngine
     topic: str | None  # the recurring topic this run researches, if any
+    fallbacks: Fallbacks = field(default_factory=Fallbacks)  # of the stages' results, as they arrive
 
     @property
     def engine(self) -> Engine:

@@ -10,7 +10,7 @@ runs row keeps the Markdown that says why.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -389,20 +389,23 @@ def publish_artifacts(report: Report, key: str, changes: Changes | None) -> None
         )
 
 
+@dataclass(frozen=True)
+class Finding:
+    """What the stages of a run found, as finish turns it into the report."""
+
+    subquestions: list[SubQuestion]
+    review: Review | None  # None when nothing was verified, so nothing was written
+    sources: list[Source]
+    claims: list[Claim]  # the verified ones
+    pages_found: int
+    pages_verified: int
+    metrics: RunMetrics
+    changes: Changes | None  # for a recurring topic, what changed since its last run
+    fallback_caveats: list[str]  # one line per role that fell back to the extractive engine
+
+
 @task(name="finish", cache_policy=NO_CACHE)
-def finish_task(
-    subquestions: list[SubQuestion],
-    review: Review | None,
-    sources: list[Source],
-    claims: list[Claim],
-    pages_found: int,
-    pages_verified: int,
-    metrics: RunMetrics,
-    artifact_key: str,
-    changes: Changes | None,
-    fallback_caveats: list[str],
-) -> Report:
-    """`fallback_caveats`: one line per role that fell back to the extractive engine in this run."""
+def finish_task(found: Finding, artifact_key: str) -> Report:
     run = current_run()
     with run.store.session():  # the report's rows, its audit and the run's final status in one hold
         report = finish(
@@ -410,16 +413,16 @@ def finish_task(
             run.run_id,
             run.question,
             run.engine.name,
-            subquestions,
-            review,
-            sources,
-            claims,
-            pages_found,
-            pages_verified,
-            metrics,
+            found.subquestions,
+            found.review,
+            found.sources,
+            found.claims,
+            found.pages_found,
+            found.pages_verified,
+            found.metrics,
             Path(run.settings.reports),
-            fallback_caveats + run.models.budget.caveats(),
-            changes,
+            found.fallback_caveats + run.models.budget.caveats(),
+            found.changes,
         )
-    publish_artifacts(report, artifact_key, changes)
+    publish_artifacts(report, artifact_key, found.changes)
     return report

@@ -18,7 +18,7 @@ from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
 from citeflow.roles import Engine
 from citeflow.text import content_stems, normalise
-from tasks.caching import StageKey, cached_unless_degraded, evidence_parts, role_identity
+from tasks.caching import Computed, StageKey, cached_unless_transient, evidence_parts, role_identity
 from tasks.context import current_run
 from tasks.retries import not_rejected
 from tasks.tracing import Step, traced
@@ -109,15 +109,15 @@ def _plan_key(inputs: dict[str, Any]) -> list[Any]:
     retry_condition_fn=not_rejected,
     cache_policy=StageKey(stage="plan", parts=_plan_key),
 )
-def plan_task(question: str) -> list[SubQuestion]:
+def plan_task(question: str) -> Computed[list[SubQuestion]]:
     run = current_run()
     caps = run.settings.caps
     with (
         traced(run.store, run.run_id, "plan", run.engine.name) as step,
-        cached_unless_degraded(run.models.degradations),
+        cached_unless_transient(run.models.degradations) as fallbacks,
     ):
         subquestions = plan(run.engine, question, caps.subquestions_max, caps.subquestions_min, step)
-    return subquestions
+    return Computed(subquestions, fallbacks)
 
 
 def record_plan_fallback(
@@ -135,7 +135,9 @@ def record_plan_fallback(
             f"The planner model gave {usable} usable sub-question(s) of the {min_subquestions - 1} needed "
             "beside the question; the extractive planner's filled the plan."
         )
-    engine.degradations.add("planner", "plan", reason, short)
+    engine.degradations.add(
+        "planner", "plan", reason, short, transient=failure is not None and failure.transient
+    )
 
 
 def enforce_follow_ups(
@@ -177,6 +179,7 @@ def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) 
             str(error),
             f"The planner model's follow-up questions were unusable ({error.what}); the extractive "
             "planner's were asked.",
+            transient=error.transient,
         )
         step.outcome = Outcome.degraded
     if fallback is not None:
@@ -208,10 +211,11 @@ def _follow_up_key(inputs: dict[str, Any]) -> list[Any]:
     retry_condition_fn=not_rejected,
     cache_policy=StageKey(stage="follow-up", parts=_follow_up_key),
 )
-def follow_up_task(evidence: SynthesisInput) -> list[SubQuestion]:
+def follow_up_task(evidence: SynthesisInput) -> Computed[list[SubQuestion]]:
     run = current_run()
     with (
         traced(run.store, run.run_id, "follow-up", run.engine.name) as step,
-        cached_unless_degraded(run.models.degradations),
+        cached_unless_transient(run.models.degradations) as fallbacks,
     ):
-        return follow_up(run.engine, evidence, run.settings.caps.followups_max, step)
+        followups = follow_up(run.engine, evidence, run.settings.caps.followups_max, step)
+    return Computed(followups, fallbacks)

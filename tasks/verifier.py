@@ -23,7 +23,7 @@ from citeflow.llm.settings import RoleName
 from citeflow.roles import ClaimExtractor, Engine
 from citeflow.text import content_stems, normalise, split_sentences
 from citeflow.verify import verify_drafts
-from tasks.caching import StageKey, cached_unless_degraded, role_identity
+from tasks.caching import Computed, StageKey, cached_unless_transient, role_identity
 from tasks.context import current_run
 from tasks.retries import not_rejected
 from tasks.tracing import Step, traced
@@ -182,6 +182,7 @@ def verify_page(
             page.url,
             f"page {page.id}: {reason}; the extractive extractor verified {kept} claim(s)",
             f"The verifier model's claims for a page {why}; the extractive extractor read the page.",
+            transient=failure is not None and failure.transient,
         )
         step.outcome = Outcome.degraded
     return claims + added
@@ -215,17 +216,17 @@ def _verify_key(inputs: dict[str, Any]) -> list[Any]:
     retry_condition_fn=not_rejected,
     cache_policy=StageKey(stage="verify", parts=_verify_key),
 )
-def verify_task(subquestion: SubQuestion, page_id: str, claim_prefix: str) -> list[Claim]:
-    """Every claim proposed from the page, checked. The flow stores them for its run (a cached result
-    carries the run id of the run that computed it)."""
+def verify_task(subquestion: SubQuestion, page_id: str, claim_prefix: str) -> Computed[list[Claim]]:
+    """Every claim proposed from the page, checked, with the fallbacks of its calls. The flow stores
+    them for its run (a cached result carries the run id of the run that computed it)."""
     run = current_run()
     caps = run.settings.caps
     page = run.store.get_page(page_id)
     with (
         traced(run.store, run.run_id, "verify", run.engine.name, subquestion.id) as step,
-        cached_unless_degraded(run.models.degradations),
+        cached_unless_transient(run.models.degradations) as fallbacks,
     ):
-        return verify_page(
+        claims = verify_page(
             run.engine,
             run.run_id,
             subquestion,
@@ -236,3 +237,4 @@ def verify_task(subquestion: SubQuestion, page_id: str, claim_prefix: str) -> li
             caps.claim_support_min,
             step,
         )
+    return Computed(claims, fallbacks)

@@ -29,7 +29,7 @@ from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
 from citeflow.roles import Engine
 from citeflow.verify import content_support
-from tasks.caching import StageKey, cached_unless_degraded, evidence_parts, fresh, role_identity
+from tasks.caching import Computed, StageKey, cached_unless_transient, evidence_parts, fresh, role_identity
 from tasks.context import current_run
 from tasks.retries import not_rejected
 from tasks.tracing import traced
@@ -99,6 +99,7 @@ def critique(engine: Engine, request: SynthesisInput, draft: Draft) -> tuple[Cri
             "report",
             str(error),
             f"The critic model did not judge a draft ({error.what}); the mechanical checks judged it.",
+            transient=error.transient,
         )
         return fallback.critic.review(request, draft), True
 
@@ -108,12 +109,13 @@ def draft_report(engine: Engine, request: SynthesisInput) -> tuple[Draft, int]:
     synthesiser's draft from the same claims replaces one that could not be written, or whose every
     sentence fails the mechanical checks."""
     fallback = engine.fallback_for("synthesiser")
+    transient = False
     try:
         draft, why, reason = engine.synthesiser.write(request), "", ""
     except DegradableError as error:
         if fallback is None:
             raise
-        draft, why, reason = Draft(sentences=[]), error.what, str(error)
+        draft, why, reason, transient = Draft(sentences=[]), error.what, str(error), error.transient
     draft, dropped = prune_citations(draft, request.claims)
     if fallback is not None and request.claims and not why:
         verdict = mechanical_critique(draft, request.claims)
@@ -126,6 +128,7 @@ def draft_report(engine: Engine, request: SynthesisInput) -> tuple[Draft, int]:
             "report",
             reason,
             f"The synthesiser model's draft {why}; the extractive draft from the same claims was used.",
+            transient=transient,
         )
         fresh = request.model_copy(update={"previous": None, "critique": None})
         draft, dropped = prune_citations(fallback.synthesiser.write(fresh), request.claims)
@@ -250,24 +253,24 @@ def _critique_key(inputs: dict[str, Any]) -> list[Any]:
 
 @task(name="synthesise", retries=1, retry_delay_seconds=2, retry_condition_fn=not_rejected,
       cache_policy=StageKey(stage="synthesise", parts=_synthesise_key))  # fmt: skip
-def synthesise_task(request: SynthesisInput) -> tuple[Draft, int]:
+def synthesise_task(request: SynthesisInput) -> Computed[tuple[Draft, int]]:
     run = current_run()
     with traced(run.store, run.run_id, "synthesise", run.engine.name) as step:
-        with cached_unless_degraded(run.models.degradations):
+        with cached_unless_transient(run.models.degradations) as fallbacks:
             draft, dropped = draft_report(run.engine, request)
         step.detail = f"{len(draft.sentences)} sentences" + (" (a revision)" if request.previous else "")
-    return draft, dropped
+    return Computed((draft, dropped), fallbacks)
 
 
 @task(name="critique", retries=1, retry_delay_seconds=2, retry_condition_fn=not_rejected,
       cache_policy=StageKey(stage="critique", parts=_critique_key))  # fmt: skip
-def critique_task(request: SynthesisInput, draft: Draft) -> tuple[Critique, bool]:
+def critique_task(request: SynthesisInput, draft: Draft) -> Computed[tuple[Critique, bool]]:
     run = current_run()
     with traced(run.store, run.run_id, "critique", run.engine.name) as step:
-        with cached_unless_degraded(run.models.degradations):
+        with cached_unless_transient(run.models.degradations) as fallbacks:
             verdict, judged = critique(run.engine, request, draft)
         step.detail = verdict.notes if judged else f"mechanical checks only: {verdict.notes}"
-    return verdict, judged
+    return Computed((verdict, judged), fallbacks)
 
 
 @dataclass(frozen=True)
@@ -278,10 +281,12 @@ class TaskSteps:
     refresh: bool = False
 
     def synthesise(self, request: SynthesisInput) -> tuple[Draft, int]:
-        return fresh(synthesise_task, self.refresh)(request)
+        state = fresh(synthesise_task, self.refresh)(request, return_state=True)
+        return current_run().fallbacks.take(state.result(), reused=state.name == "Cached")
 
     def critique(self, request: SynthesisInput, draft: Draft) -> tuple[Critique, bool]:
-        return fresh(critique_task, self.refresh)(request, draft)
+        state = fresh(critique_task, self.refresh)(request, draft, return_state=True)
+        return current_run().fallbacks.take(state.result(), reused=state.name == "Cached")
 
     def complete(self, request: SynthesisInput, draft: Draft) -> Draft:
         """In the flow's thread: the fallback's sentences cost no model call, so nothing to cache."""

@@ -72,6 +72,21 @@ def first_sentences(received: Received, n: int) -> Reply:
     return json_reply({"claims": [{"text": s, "quote": s} for s in sentences]})
 
 
+def failing_checks_on(word: str) -> Handler:
+    """A verifier whose replies are well-formed but, for a page whose text holds `word`, quote what the
+    page does not say, so every claim fails the checks; the same prompt always gets the same reply, as
+    from a real model at temperature 0."""
+
+    def reply(received: Received, n: int) -> Reply:
+        (text,) = blocks(received, "page text")
+        if word not in text:
+            return first_sentences(received, n)
+        invented = "Acme Corp was founded on the Moon by a committee of robots in 1801."
+        return json_reply({"claims": [{"text": invented, "quote": invented}]})
+
+    return reply
+
+
 def one_sentence_per_claim(received: Received, n: int) -> Reply:
     """A faithful synthesiser: each claim's own words, citing its source, in its section."""
     return json_reply(

@@ -1,6 +1,7 @@
 """Result caching across runs: a repeated run of an unchanged question makes no model call and its task
-runs show as Cached in Prefect; a change of model, caps or page content misses as it must; a fallback is
-never cached; --refresh recomputes. Every role is on a scripted OpenAI-compatible server on 127.0.0.1."""
+runs show as Cached in Prefect; a change of model, caps or page content misses as it must; a fallback
+caused by what the model replied is cached and still reported, one caused by a transient failure is
+not; --refresh recomputes. Every role is on a scripted OpenAI-compatible server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 from openai_server import Reply
-from role_server import PAGES, QUESTION, RoleServer, ingested, models_for
+from role_server import PAGES, QUESTION, RoleServer, failing_checks_on, ingested, models_for
 
 from citeflow.contracts import Report
 from storage.ingest import ingest_paths
@@ -128,12 +129,45 @@ def test_a_changed_page_is_the_only_one_verified_again(
     assert any("John Roe" in claim.quote for claim in report.claims)
 
 
-def test_a_fallback_is_not_cached_so_the_next_run_asks_the_model_again(
+def fallback_rows(db: Path, run_id: str) -> list[str]:
+    return [
+        row[0]
+        for row in get_store(db).query(
+            f"SELECT detail FROM errors WHERE run_id = '{run_id}' AND stage LIKE '%:fallback'"
+        )[1]
+    ]
+
+
+def test_a_fallback_from_what_the_model_replied_is_cached_and_still_reported(
+    prefect_api: None, server: RoleServer, tmp_path: Path
+) -> None:
+    db = ingested(tmp_path, PAGES)
+    # Well-formed replies whose claims fail the checks for the products page: a property of (model,
+    # prompt, page), so the page's extractive fallback is as reusable as a verified reply.
+    server.handlers["verifier"] = failing_checks_on("rockets")
+
+    first, first_calls = calls_during(server, lambda: run(server, db, tmp_path))
+    second, second_calls = calls_during(server, lambda: run(server, db, tmp_path))
+
+    first_fallbacks = fallback_rows(db, first.run_id)
+    assert first_calls["verifier"] > 0 and any("failed the checks" in row for row in first_fallbacks)
+    assert second_calls == {}
+    states = asyncio.run(task_run_states(second.run_id))
+    assert all(state == "Cached" for name, state in states.items() if not name.startswith("finish"))
+    # The reused result says it fell back, in the report as in the metrics; its error rows are the
+    # computing run's, recorded once.
+    assert second.caveats == first.caveats and any("verifier" in c for c in second.caveats)
+    assert second.metrics.degradations == first.metrics.degradations > 0
+    assert fallback_rows(db, second.run_id) == []
+    assert [s.text for s in second.sentences] == [s.text for s in first.sentences]
+
+
+def test_a_transient_failure_is_not_cached_so_the_next_run_asks_the_model_again(
     prefect_api: None, server: RoleServer, tmp_path: Path
 ) -> None:
     db = ingested(tmp_path, PAGES)
     faithful = server.handlers["verifier"]
-    server.handlers["verifier"] = lambda received, n: Reply(content="no JSON here, sorry")
+    server.handlers["verifier"] = lambda received, n: Reply(status=503, error="overloaded")
     _, degraded = calls_during(server, lambda: run(server, db, tmp_path))
     server.handlers["verifier"] = faithful
 
@@ -141,4 +175,17 @@ def test_a_fallback_is_not_cached_so_the_next_run_asks_the_model_again(
 
     assert degraded["verifier"] > 0 and second["verifier"] > 0
     assert "planner" not in second  # the plan was fine, and cached
+    assert not any("verifier" in caveat for caveat in report.caveats)
     assert report.claims
+
+
+def test_a_stage_s_code_version_covers_what_it_calls_and_not_the_other_stages() -> None:
+    from tasks.caching import code_version, stage_sources
+
+    verifier = stage_sources("tasks.verifier")
+    # Its own checks and prompts count; the writer's code does not, so editing it keeps every page's
+    # verification cached.
+    assert {"tasks.verifier", "citeflow.verify", "citeflow.llm.prompts", "citeflow.roles"} <= verifier.keys()
+    assert "tasks.writer" not in verifier and "tasks.planner" not in verifier
+    assert "citeflow.checks" in stage_sources("tasks.writer")
+    assert code_version("tasks.verifier") != code_version("tasks.writer")

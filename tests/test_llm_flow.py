@@ -543,6 +543,7 @@ def test_a_one_at_a_time_server_named_only_by_its_url_serves_a_whole_run(
     payload = json.loads(result.stdout)
     assert "verifier=qwen2.5-coder-1.5b-instruct" in payload["report"]
     assert server.max_connected == 1 and len(server.of("verifier")) >= 2
+    assert server.listings == 1  # the command asked for the served model; the flow was told it
     failed = rows(
         get_store(acme_db),
         "SELECT count(*) FROM model_calls WHERE run_id = ? AND outcome <> 'ok'",

@@ -4,7 +4,8 @@
 Ctrl-C and SIGTERM end a run within seconds with one line, a `cancelled` row and the same state in
 Prefect, and leave no process behind. A run killed with SIGKILL mid-verification leaves nothing behind
 either, is marked `crashed` by the next run, and that run re-sends only the model requests that were in
-flight: no page is fetched again and no finished verification is asked for again.
+flight: no page is fetched again and no finished verification is asked for again, even one whose claims
+failed the checks.
 """
 
 from __future__ import annotations
@@ -136,6 +137,9 @@ def test_a_run_killed_mid_verification_is_resumed_and_marked_crashed(
     db = folder / "killed.duckdb"  # web search only: the store starts empty
 
     def two_then_stall(received: Received, n: int) -> Reply:
+        if n == 0:  # well-formed, but quoting what no page says: the page falls back, and is cached so
+            invented = "Water boils at 40 degrees on every mountain, as all cooks agree."
+            return json_reply({"claims": [{"text": invented, "quote": invented}]})
         reply = first_sentences(received, n)
         return reply if n < 2 else Reply(content=reply.content, delay=SLOW)
 
@@ -169,7 +173,8 @@ def test_a_run_killed_mid_verification_is_resumed_and_marked_crashed(
     assert children and not left
     assert len(web.site.requests) == fetched  # no page fetched again
     assert server.calls["planner"] == calls["planner"]  # the plan was not asked for again
-    # Only the verifications in flight were sent again (all but the two answered).
+    # Only the verifications in flight were sent again (all but the two answered, one of which fell
+    # back because its claims failed the checks).
     assert server.calls["verifier"] - calls["verifier"] == calls["verifier"] - 2
     statuses = sorted(status_of(db).values())
     assert statuses == ["complete", "crashed"] or statuses == ["crashed", "partial"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from web_servers import LoopbackServer, Reply, failing_routes, mediawiki_routes, searxng_routes, tavily_routes
 
+from citeflow.contracts import SearchResult
 from citeflow.errors import FetchError, InputError
 from citeflow.web.breaker import BreakerBoard
 from citeflow.web.providers import (
@@ -159,3 +160,23 @@ def test_provider_chain_reads_a_comma_separated_choice_as_typed() -> None:
     assert provider_chain(settings, " local ", local_available=True) == ["local"]  # local alone stays alone
     with pytest.raises(InputError, match="unknown provider 'bing'"):
         provider_chain(settings, "wikipedia, bing")
+
+
+def test_every_provider_a_setting_may_name_is_one_row_of_the_registry() -> None:
+    from citeflow.web.providers import PROVIDERS
+    from citeflow.web.settings import PROVIDER_NAMES
+
+    assert tuple(PROVIDERS) == PROVIDER_NAMES
+    settings = WebSettings(searxng_url="http://127.0.0.1:1", tavily_api_key="tvly-test")
+
+    class StoreSearch:  # stands for storage.search.LocalSearch, which the caller hands in
+        name = "local"
+
+        def search(self, query: str, limit: int) -> list[SearchResult]:
+            return []
+
+    local = StoreSearch()
+    chain = make_searcher(",".join(PROVIDER_NAMES), settings, BreakerBoard(), local=local)
+    # Each named provider, in the order given, built from its row; `local` is the searcher handed in.
+    assert [provider.name for provider in chain.providers] == list(PROVIDER_NAMES)
+    assert chain.providers[-1] is local

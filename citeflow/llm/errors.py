@@ -26,10 +26,15 @@ class DegradableError(ModelError):
     # What went wrong in a few words of citeflow's own, for a report's caveat (the message may quote
     # the model and is for the run's error rows).
     what = "the model could not answer"
+    # Whether the same call may well succeed on the next run (the endpoint was down, the budget spent).
+    # A result that fell back for a transient reason is not cached; one that fell back because of what
+    # the model replied to this prompt is, since the same prompt gets the same reply.
+    transient = False
 
 
 class ModelUnavailable(DegradableError):
     what = "the endpoint did not answer"
+    transient = True
 
 
 class InvalidReply(DegradableError):
@@ -38,6 +43,7 @@ class InvalidReply(DegradableError):
 
 class BudgetExhausted(DegradableError):
     what = "the model budget was spent"
+    transient = True
 
 
 class ContextTooSmall(DegradableError):

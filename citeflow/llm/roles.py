@@ -76,6 +76,7 @@ class ModelQueryWriter:
                 "queries",
                 str(exc),
                 "The query writer's reply was unusable; the planner's own search queries were used.",
+                transient=exc.transient,
             )
             return None
         return [q.strip() for q in reply.queries[: len(subquestions)]]

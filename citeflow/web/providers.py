@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar, cast
 from urllib.parse import quote
 
 import httpx
@@ -23,7 +24,7 @@ from citeflow.contracts import SearchResult
 from citeflow.errors import FetchError, InputError
 from citeflow.search import Searcher
 from citeflow.web.breaker import BreakerBoard
-from citeflow.web.settings import PROVIDER_NAMES, WebSettings, parse_provider_order
+from citeflow.web.settings import WebSettings, parse_provider_order
 
 SNIPPET_MAX_CHARS = 500
 _TAG = re.compile(r"<[^>]+>")
@@ -249,6 +250,40 @@ class FallbackSearch:
         return SearchReport(results=[], provider=None, failures=failures)
 
 
+@dataclass(frozen=True)
+class Provider:
+    """One search provider as a run may use it: what it needs before it can be asked (`missing` says
+    what is not configured, or None), and how to make it (`make`; None for `local`, the evidence
+    store's search, which the caller hands in)."""
+
+    missing: Callable[[WebSettings, bool], str | None]  # (settings, local_available) -> what is missing
+    make: Callable[[WebSettings, httpx.Client], Searcher] | None
+
+
+# Every provider, by the name --search, the topics and CITEFLOW_PROVIDER_ORDER give it: adding one is a
+# class above and a row here (and its name in citeflow.web.settings.PROVIDER_NAMES, which validates
+# settings without importing the clients).
+PROVIDERS: dict[str, Provider] = {
+    "duckduckgo": Provider(
+        missing=lambda settings, local: None,
+        make=lambda settings, client: DuckDuckGoSearch(settings.read_timeout),
+    ),
+    "wikipedia": Provider(
+        missing=lambda settings, local: None,
+        make=lambda settings, client: WikipediaSearch(settings.wikipedia_url, client),
+    ),
+    "searxng": Provider(
+        missing=lambda settings, local: "SEARXNG_URL" if settings.searxng_url is None else None,
+        make=lambda settings, client: SearxngSearch(str(settings.searxng_url), client),
+    ),
+    "tavily": Provider(
+        missing=lambda settings, local: settings.tavily_key_env if settings.tavily_api_key is None else None,
+        make=lambda settings, client: TavilySearch(str(settings.tavily_api_key), settings.tavily_url, client),
+    ),
+    "local": Provider(missing=lambda settings, local: None if local else "an evidence store", make=None),
+}
+
+
 def provider_chain(
     settings: WebSettings,
     chosen: str | Sequence[str] | None,
@@ -262,14 +297,10 @@ def provider_chain(
     """
     # Names as typed carry spaces and capitals; trim and lower-case them the same way in both forms.
     first = list(parse_provider_order(chosen if isinstance(chosen, str) else ",".join(chosen or [])))
-    unknown = [name for name in first if name not in PROVIDER_NAMES]
+    unknown = [name for name in first if name not in PROVIDERS]
     if unknown:
-        raise InputError("--search", f"unknown provider {unknown[0]!r}; known: {', '.join(PROVIDER_NAMES)}")
-    needs = {
-        "searxng": "SEARXNG_URL" if settings.searxng_url is None else None,
-        "tavily": settings.tavily_key_env if settings.tavily_api_key is None else None,
-        "local": None if local_available else "an evidence store",
-    }
+        raise InputError("--search", f"unknown provider {unknown[0]!r}; known: {', '.join(PROVIDERS)}")
+    needs = {name: provider.missing(settings, local_available) for name, provider in PROVIDERS.items()}
     for name in first:
         if needs.get(name):
             raise InputError("--search", f"{name} needs {needs[name]}", "no search was made")
@@ -295,14 +326,6 @@ def make_searcher(
     client = http_client(settings)
     providers: list[Searcher] = []
     for name in provider_chain(settings, names, local_available=local is not None):
-        if name == "searxng" and settings.searxng_url:
-            providers.append(SearxngSearch(settings.searxng_url, client))
-        elif name == "wikipedia":
-            providers.append(WikipediaSearch(settings.wikipedia_url, client))
-        elif name == "tavily" and settings.tavily_api_key:
-            providers.append(TavilySearch(settings.tavily_api_key, settings.tavily_url, client))
-        elif name == "duckduckgo":
-            providers.append(DuckDuckGoSearch(settings.read_timeout))
-        elif name == "local" and local is not None:
-            providers.append(local)
+        make = PROVIDERS[name].make  # the chain holds only providers with nothing missing
+        providers.append(make(settings, client) if make is not None else cast(Searcher, local))
     return FallbackSearch(providers, breakers, client)
