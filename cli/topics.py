@@ -85,12 +85,10 @@ def remove(name: NameArgument) -> None:
 @topics_app.command("sync")
 def sync() -> None:
     """Regenerate prefect.yaml from deployments/topics.yaml (after an edit by hand)."""
-    from deployments.topics import load_topics, save_topics
+    from deployments.topics import sync_topics
 
     try:
-        topics_file, prefect_yaml = files()
-        topics = load_topics(topics_file)
-        save_topics(topics, topics_file, prefect_yaml)
+        topics = sync_topics(*files())
     except CiteflowError as error:
         fail(error)
     out.print(f"prefect.yaml now deploys {len(topics)} topic(s)", highlight=False)
@@ -99,7 +97,7 @@ def sync() -> None:
 @topics_app.command("list")
 def list_topics(db: DbOption = None) -> None:
     """Each topic: its schedule, its last run and that run's status, its next run."""
-    from deployments.topics import load_topics
+    from flows.topics import load_topics
 
     try:
         topics = load_topics(files()[0])
@@ -129,7 +127,8 @@ def run_now(
 ) -> None:
     """Run a topic now: through its deployment when a server has it (a worker or `python -m
     deployments.serve` picks the run up), else in this process."""
-    from deployments.topics import FLOW_NAME, load_topics, tag
+    from deployments.topics import FLOW_NAME
+    from flows.topics import load_topics, tag
 
     try:
         topic = next((t for t in load_topics(files()[0]) if t.name == name), None)

@@ -40,6 +40,7 @@ from citeflow.contracts import (
 from citeflow.roles import FALLBACK_STAGE_SUFFIX, Degradation, degradation_caveats
 from flows.lifecycle import owned_run
 from flows.notifications import notify as tell
+from flows.topics import topic_question
 from storage.store import EvidenceStore, get_store
 from tasks.caching import fresh
 from tasks.changes import Changes, changes_since_last_run
@@ -330,14 +331,15 @@ def run_name() -> str:
     task_runner=ThreadPoolTaskRunner(max_workers=TASK_WORKERS),
 )
 def research_flow(
-    question: str,
+    question: str | None = None,
     settings: dict[str, Any] | None = None,
     config: str | None = None,
     refresh: bool = False,
     topic: str | None = None,
     notify: str | None = None,
 ) -> Report | State:
-    """Answer `question` with a report whose every sentence cites a verified quote.
+    """Answer `question` with a report whose every sentence cites a verified quote; with no question, the
+    question of the recurring `topic` in deployments/topics.yaml (how a topic's deployment runs).
 
     `settings` overrides the settings tree by dotted name, e.g. {"search": "wikipedia,local",
     "caps.token_budget": 50000, "defaults.model": "qwen3:8b"}, over the environment and `config` (a
@@ -346,6 +348,8 @@ def research_flow(
     "What changed" section; `notify` names a Prefect notification block (TYPE/NAME) told of a topic's run
     that finds changes or fails. With no model endpoint configured the extractive engine plays every role."""
     loaded = load_settings(settings, Path(config) if config else None, flags_source="flow parameter settings")
+    if question is None:  # a topic's deployment: its question is read here, never templated by Prefect
+        question = topic_question(topic or "")
     question = Question(text=question).text
     run_id = str(flow_run.id)
     store = get_store(loaded.settings.db, loaded.settings.store)

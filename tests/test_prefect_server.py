@@ -112,6 +112,65 @@ def test_the_repository_prefect_yaml_deploys_one_deployment_per_topic(server: di
     quotes = by_name["quote-verification"]
     assert quotes["entrypoint"] == "flows/research.py:research_flow"
     assert quotes["global_concurrency_limit"]["limit"] == 1  # a topic's runs never overlap
-    assert quotes["parameters"]["question"] == "How does citeflow check that a quote appears on a page?"
+    assert "question" not in quotes["parameters"]  # read from topics.yaml by the run, never templated
     assert quotes["parameters"]["topic"] == "quote-verification"
     assert [schedule["schedule"]["cron"] for schedule in quotes["schedules"]] == ["30 6 * * *"]
+
+
+# A question that names an environment variable, a Prefect variable, a Prefect secret block and a Jinja tag:
+# Prefect's deploy templating would replace the first three with their values.
+TEMPLATED = (
+    "Who wrote {{ $OPENAI_API_KEY }}, {{ prefect.variables.planted_var }}, "
+    "{{ prefect.blocks.secret.planted-block }} and {% if true %}this{% endif %}?"
+)
+PLANTED = ("sk-planted-env-2741", "planted-variable-5902", "planted-block-8813")
+
+
+def test_a_topic_question_reaches_the_deployment_and_the_run_as_literal_text(
+    server: dict[str, str], tmp_path: Path
+) -> None:
+    from role_server import PAGES
+
+    env = {**server, "OPENAI_API_KEY": PLANTED[0]}
+    project = tmp_path / "project"
+    (project / "deployments").mkdir(parents=True)
+    (project / "flows").symlink_to(REPO / "flows")
+    citeflow, prefect = str(BIN / "citeflow"), str(BIN / "prefect")
+    variable = [prefect, "variable", "set", "planted_var", PLANTED[1], "--overwrite"]
+    subprocess.run(variable, env=env, check=True)
+    secret = f"Secret(value={PLANTED[2]!r}).save('planted-block')"
+    save_block = f"from prefect.blocks.system import Secret; {secret}"
+    subprocess.run([sys.executable, "-c", save_block], env=env, check=True)
+    subprocess.run([prefect, "work-pool", "create", "citeflow", "--type", "process"], env=env)
+    # A reference to a block that does not exist comes first: it must not stop the topics after it.
+    missing = "What is {{ prefect.blocks.secret.nowhere }}?"
+    for name, question in (("missing", missing), ("tricky", TEMPLATED)):
+        subprocess.run([citeflow, "topics", "add", name, "--question", question, "--cron", "0 6 * * 1"],
+                       cwd=project, env=env, check=True)  # fmt: skip
+    deploy = subprocess.run([prefect, "--no-prompt", "deploy", "--all"], cwd=project, env=env,
+                            capture_output=True, text=True)  # fmt: skip
+    assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+    deployments = api(env, "/deployments/filter", {"deployments": {"tags": {"all_": ["citeflow"]}}})
+    by_name = {deployment["name"]: deployment for deployment in deployments}
+    assert {"missing", "tricky"} <= set(by_name)
+
+    # The worker calls the flow with the deployment's parameters, in the project folder.
+    db = tmp_path / "store.duckdb"
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(page) + "\n" for page in PAGES), encoding="utf-8")
+    subprocess.run([citeflow, "ingest", str(corpus), "--db", str(db)], env=env, check=True)
+    parameters = by_name["tricky"]["parameters"]
+    parameters["settings"] = {**parameters["settings"], "db": str(db), "reports": str(tmp_path / "reports")}
+    run = f"from flows.research import research_flow; research_flow(**{parameters!r}, return_state=True)"
+    done = subprocess.run([sys.executable, "-c", run], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        [(stored,)] = con.execute("SELECT question FROM runs").fetchall()
+    assert stored == TEMPLATED
+    flow_runs = api(env, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["citeflow"]}}})
+    seen = json.dumps([deployments, flow_runs, api(env, "/artifacts/filter")]) + deploy.stdout + done.stderr
+    assert not [secret for secret in PLANTED if secret in seen]

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from citeflow.contracts import Report
 from cli.main import app
 from deployments.serve import runner_deployments
-from deployments.topics import generated_prefect_yaml, load_topics
+from deployments.topics import generated_prefect_yaml
+from flows.topics import load_topics
 from storage.ingest import ingest_paths
 from storage.store import get_store
 
@@ -102,7 +103,7 @@ def test_each_topic_is_a_deployment_named_after_it_that_needs_no_parameters(proj
 
     assert [d.name for d in deployments] == ["acme", "tea"]
     acme = deployments[0]
-    expected = {"question": QUESTION, "topic": "acme", "settings": {"search": "local"}}
+    expected = {"topic": "acme", "settings": {"search": "local"}}
     assert acme.parameters == {**expected, "notify": "custom-webhook/team"}
     assert acme.tags == ["citeflow", "topic:acme"] and acme.concurrency_limit == 1
     assert [schedule.schedule.cron for schedule in acme.schedules or []] == ["0 6 * * 1"]  # type: ignore[union-attr]
