@@ -71,15 +71,44 @@ def add(
 
 
 @topics_app.command("remove")
-def remove(name: NameArgument) -> None:
-    """Remove a topic and regenerate prefect.yaml (its past runs stay in the store)."""
-    from deployments.topics import remove_topic
+def remove(name: NameArgument, db: DbOption = None) -> None:
+    """Remove a topic and regenerate prefect.yaml; the server that has its deployment (PREFECT_API_URL,
+    or the `citeflow server` of the store's folder) deletes it and its schedule. Past runs stay."""
+    from deployments.topics import FLOW_NAME, remove_topic
 
     try:
         remove_topic(name, *files())
+        deleted = delete_deployment(f"{FLOW_NAME}/{name}", store_path(db))
     except CiteflowError as error:
         fail(error)
-    out.print(f"removed {name}", highlight=False)
+    out.print(f"removed {name}" + (f" and deployment {deleted}" if deleted else ""), highlight=False)
+
+
+def delete_deployment(deployment: str, db: Path) -> str | None:
+    """Delete `deployment` (and so its schedules) from the server this project uses, when one is up and
+    has it; its name if deleted. No temporary server is started for this."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    from cli.server import running_server
+
+    url = get_current_settings().api.url or getattr(running_server(db), "url", None)
+    if not url:
+        return None
+    with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+        try:
+            found = client.read_deployment_by_name(deployment)
+        except ObjectNotFound:
+            return None
+        except Exception as error:  # noqa: BLE001 - a server that cannot be reached keeps nothing to delete
+            raise InputError(
+                f"Prefect server {url}",
+                f"could not be asked for {deployment}: {error}",
+                "the topic is removed from the files; delete the deployment with `prefect deployment delete`",
+            ) from None
+        client.delete_deployment(found.id)
+    return deployment
 
 
 @topics_app.command("sync")

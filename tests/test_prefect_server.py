@@ -174,3 +174,10 @@ def test_a_topic_question_reaches_the_deployment_and_the_run_as_literal_text(
     flow_runs = api(env, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["citeflow"]}}})
     seen = json.dumps([deployments, flow_runs, api(env, "/artifacts/filter")]) + deploy.stdout + done.stderr
     assert not [secret for secret in PLANTED if secret in seen]
+
+    # Removing a topic also deletes its deployment and schedule from the server that has them.
+    removed = subprocess.run([citeflow, "topics", "remove", "missing", "--db", str(db)], cwd=project, env=env,
+                             capture_output=True, text=True)  # fmt: skip
+    assert removed.returncode == 0, removed.stderr
+    assert "deployment citeflow-research/missing" in removed.stdout
+    assert api(env, "/deployments/filter", {"deployments": {"name": {"any_": ["missing"]}}}) == []
