@@ -20,6 +20,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from citeflow.config import keep_private
 from citeflow.errors import CiteflowError, InputError
 from cli.common import (
     BaseUrlOption,
@@ -134,7 +135,7 @@ def evaluate(
                 concurrency=concurrency,
                 unanswerable=unanswerable,
                 config=str(config) if config else None,
-                settings=overrides,
+                settings=keep_private(overrides),  # Prefect stores parameters: no credentials
                 on_result=lambda result: progress.advance(bar),
             )
     except CiteflowError as error:  # e.g. the corpus could not be loaded: no question could run

@@ -90,12 +90,13 @@ def run(
                 "nothing was run",
             )
         with prefect_api(settings.db):
+            from citeflow.config import keep_private
             from flows.research import research_flow
 
             state = supervised(
                 lambda: research_flow(
                     question=text,
-                    settings=dotted,
+                    settings=keep_private(dotted),  # Prefect stores parameters: no credentials
                     config=str(config) if config else None,
                     refresh=refresh,
                     return_state=True,

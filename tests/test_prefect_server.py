@@ -181,3 +181,46 @@ def test_a_topic_question_reaches_the_deployment_and_the_run_as_literal_text(
     assert removed.returncode == 0, removed.stderr
     assert "deployment citeflow-research/missing" in removed.stdout
     assert api(env, "/deployments/filter", {"deployments": {"name": {"any_": ["missing"]}}}) == []
+
+
+def test_credentials_in_a_base_url_reach_no_row_artifact_parameter_log_or_output(
+    server: dict[str, str], tmp_path: Path
+) -> None:
+    import duckdb
+    from openai_server import Reply, ScriptedServer
+
+    secret = "sk-planted-userinfo-3141"
+    db = tmp_path / "store.duckdb"
+    citeflow = str(BIN / "citeflow")
+    subprocess.run([citeflow, "ingest", "docs", "--db", str(db)], cwd=REPO, env=server, check=True)
+    with ScriptedServer() as model:
+        model.default = Reply(content="not what any role asked for")  # each role falls back: still a run
+        url = model.url.replace("http://", f"http://alice:{secret}@")
+        given = ["--db", str(db), "--base-url", url, "--model", "scripted-model"]
+        question = "Where does citeflow keep the search index?"
+        run = subprocess.run(
+            [citeflow, "run", question, *given, "--reports", str(tmp_path), "--json"],
+            cwd=REPO, env=server, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        shown = subprocess.run([citeflow, "config", "show", *given], cwd=REPO, env=server,
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert model.requests, "the run reached the endpoint it was given, credentials and all"
+    assert shown.returncode == 0 and "http://***@127.0.0.1" in shown.stdout, shown.stderr
+    run_id = json.loads(run.stdout)["run_id"]
+    with duckdb.connect(str(db), read_only=True) as con:
+        tables = con.execute("SELECT table_schema, table_name FROM information_schema.tables").fetchall()
+        stored = [str(con.execute(f'SELECT * FROM "{s}"."{t}"').fetchall()) for s, t in tables]
+        [(settings,)] = con.execute("SELECT settings FROM runs WHERE run_id = ?", [run_id]).fetchall()
+    assert "http://***@127.0.0.1" in settings
+    of_run = {"flow_runs": {"id": {"any_": [run_id]}}}
+    prefect = [
+        api(server, "/flow_runs/filter", of_run),
+        api(server, "/task_runs/filter", of_run),
+        api(server, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}}),
+        api(server, "/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}}),
+    ]
+    reports = [path.read_text(encoding="utf-8") for path in tmp_path.glob("*.md")]
+    everything = [run.stdout, run.stderr, shown.stdout, shown.stderr, *stored, json.dumps(prefect), *reports]
+    assert all(prefect) and [text for text in everything if secret in text] == []
