@@ -72,6 +72,15 @@ class StoreSettings(BaseModel):
         description="DuckDB memory_limit of the read-only connection `citeflow sql` opens (--memory-limit); "
         "a query that needs more is stopped.",
     )
+    sql_max_rows: int = Field(
+        10_000, ge=1, description="`citeflow sql` prints at most this many rows, saying so when it cuts."
+    )
+    sql_max_bytes: int = Field(
+        64_000_000,
+        ge=1,
+        description="`citeflow sql` stops reading rows once their values reach this many characters, "
+        "so a huge result never has to fit in memory.",
+    )
 
 
 class Caps(BaseModel):

@@ -284,3 +284,29 @@ def test_ingest_out_of_memory_is_one_line(tmp_path: Path) -> None:
         "error: ingest: ran out of memory while loading (nothing was loaded; the store is unchanged)"
     )
     assert not db.exists()
+
+
+def test_sql_prints_at_most_max_rows_and_says_it_cut(docs_db: Path) -> None:
+    default = runner.invoke(app, ["sql", "SELECT * FROM range(20000)", "--db", str(docs_db), "--json"])
+    five = runner.invoke(app, ["sql", "SELECT * FROM range(20000)", "--db", str(docs_db), "--max-rows", "5"])
+
+    assert default.exit_code == 0 and len(default.stdout.splitlines()) == 10_000
+    assert "cut: printed the first 10,000 rows (give --max-rows N for more)" in default.stderr
+    assert five.exit_code == 0 and "5 rows; cut: printed the first 5 rows" in five.stderr
+
+
+def test_sql_stops_reading_rows_past_its_byte_cap(docs_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CITEFLOW_STORE__SQL_MAX_BYTES", "1000000")
+
+    result = runner.invoke(
+        app, ["sql", "SELECT repeat('x', 100000) AS x FROM range(1000)", "--db", str(docs_db), "--json"]
+    )
+
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 10
+    assert "the next would pass 1,000,000 characters of values" in result.stderr
+
+
+def test_sql_json_with_no_rows_prints_an_empty_list(docs_db: Path) -> None:
+    result = runner.invoke(app, ["sql", "SELECT * FROM pages WHERE false", "--db", str(docs_db), "--json"])
+
+    assert result.exit_code == 0 and json.loads(result.stdout) == []
