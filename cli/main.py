@@ -20,6 +20,7 @@ apply_prefect_defaults()  # before anything imports Prefect, which reads its set
 
 if TYPE_CHECKING:
     from citeflow.config import Settings
+    from storage.store import EvidenceStore
 
 from cli.common import (  # noqa: E402 - Prefect's defaults must be set first
     BaseUrlOption,
@@ -287,6 +288,20 @@ def config_show(
     err.print(f"settings hash {loaded.settings.digest()}", highlight=False)
 
 
+def crashed_in_known_prefect(store: EvidenceStore) -> None:
+    """Runs just marked crashed are set Crashed in Prefect too, when its server is up (PREFECT_API_URL or
+    the `citeflow server` of the store's folder); else the next run does it. No server is started."""
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    from cli.server import running_server
+    from flows.lifecycle import crashed_in_prefect_too
+
+    url = get_current_settings().api.url or getattr(running_server(store.path), "url", None)
+    if url:
+        with temporary_settings({PREFECT_API_URL: url}):
+            crashed_in_prefect_too(store)
+
+
 @app.command()
 def runs(
     db: DbOption = None,
@@ -297,7 +312,8 @@ def runs(
 
     try:
         store = store_of(db)
-        mark_crashed(store)
+        if mark_crashed(store):
+            crashed_in_known_prefect(store)
         recent = store.recent_runs(limit)
     except CiteflowError as error:
         fail(error)

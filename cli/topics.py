@@ -130,10 +130,10 @@ def list_topics(db: DbOption = None) -> None:
 
     try:
         topics = load_topics(files()[0])
-        store = store_of(db)
+        store = store_of(db) if store_path(db).exists() else None  # no store yet: no topic has run
         now = datetime.now(UTC)
         for topic in topics:
-            runs = store.recent_runs(limit=1, topic=topic.name)
+            runs = store.recent_runs(limit=1, topic=topic.name) if store else []
             last = f"{runs[0].status.value} {runs[0].started_at:%Y-%m-%d %H:%M} UTC" if runs else "never run"
             line = (
                 f"{topic.name}  {topic.cron} ({topic.timezone})  last: {last}  "

@@ -300,12 +300,30 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
     return report, changes
 
 
+class NoReport(Exception):  # noqa: N818 - what the run ended with, as Prefect shows it
+    """A run that ended with no report, carrying the failed Report. A Failed state holds this rather
+    than the Report: Prefect's engine raises a failed flow's data, and data that is no exception made it
+    log "TypeError: Unexpected result for failed state" instead."""
+
+    def __init__(self, report: Report) -> None:
+        super().__init__(f"No report: {'; '.join(report.caveats) or 'nothing was verified'}")
+        self.report = report
+
+    def __reduce__(self) -> tuple[type[NoReport], tuple[Report]]:
+        return NoReport, (self.report,)  # pickled with its report, as Prefect persists results
+
+
+def report_of(state: State) -> Any:
+    """A finished flow run's Report, failed ones included; else what it ended with (an exception)."""
+    result = state.result(raise_on_failure=False)
+    return result.report if isinstance(result, NoReport) else result
+
+
 def final_state(report: Report) -> Report | State:
     """What Prefect shows: a partial report is Completed but named so; a failed one is Failed."""
     if report.status is RunStatus.failed:
-        return Failed(
-            message=f"No report: {'; '.join(report.caveats) or 'nothing was verified'}", data=report
-        )
+        failure = NoReport(report)
+        return Failed(message=str(failure), data=failure)
     if report.status is RunStatus.partial:
         return Completed(name="Partial", message="; ".join(report.caveats)[:500], data=report)
     return report

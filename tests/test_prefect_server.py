@@ -161,17 +161,20 @@ def test_a_topic_question_reaches_the_deployment_and_the_run_as_literal_text(
     subprocess.run([citeflow, "ingest", str(corpus), "--db", str(db)], env=env, check=True)
     parameters = by_name["tricky"]["parameters"]
     parameters["settings"] = {**parameters["settings"], "db": str(db), "reports": str(tmp_path / "reports")}
-    run = f"from flows.research import research_flow; research_flow(**{parameters!r}, return_state=True)"
+    run = f"from flows.research import research_flow; research_flow(**{parameters!r})"
     done = subprocess.run([sys.executable, "-c", run], cwd=project, env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    # Nothing in the corpus answers it: the run fails, as a NoReport, with no error from Prefect's engine.
+    assert done.returncode == 1 and "NoReport: No report" in done.stderr, done.stderr[-3000:]
+    assert "Unexpected result for failed state" not in done.stderr
 
     import duckdb
 
     with duckdb.connect(str(db), read_only=True) as con:
         [(stored,)] = con.execute("SELECT question FROM runs").fetchall()
     assert stored == TEMPLATED
-    flow_runs = api(env, "/flow_runs/filter", {"flow_runs": {"tags": {"all_": ["citeflow"]}}})
+    flow_runs = [run for run in api(env, "/flow_runs/filter") if run["parameters"].get("topic") == "tricky"]
+    assert [run["state"]["type"] for run in flow_runs] == ["FAILED"]
     seen = json.dumps([deployments, flow_runs, api(env, "/artifacts/filter")]) + deploy.stdout + done.stderr
     assert not [secret for secret in PLANTED if secret in seen]
 
