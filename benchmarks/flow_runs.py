@@ -21,7 +21,14 @@ from citeflow.config import load_settings
 from citeflow.contracts import Claim, ClaimStatus, Critique, Draft, Report, SynthesisInput
 from citeflow.roles import Degradation, degradation_caveats
 from flows.lifecycle import owned_run
-from flows.research import TASK_WORKERS, StageClock, record_degradations, research_flow, run_metrics
+from flows.research import (
+    TASK_WORKERS,
+    StageClock,
+    record_degradations,
+    report_of,
+    research_flow,
+    run_metrics,
+)
 from storage.store import get_store
 from tasks.context import current_run, open_run_context
 from tasks.finish import finish
@@ -141,7 +148,7 @@ def flow_run(question: str, settings: dict[str, Any], refresh: bool) -> RunFigur
     started = time.perf_counter()
     state = research_flow(question=question, settings=settings, refresh=refresh, return_state=True)
     wall = time.perf_counter() - started
-    report = state.result(raise_on_failure=False)
+    report = report_of(state)
     if not isinstance(report, Report):
         raise RuntimeError(f"the run ended without a report: {state.message}")
     return figures(Path(settings["db"]), report, wall, flow_seconds(report.run_id))

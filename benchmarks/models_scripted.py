@@ -45,7 +45,7 @@ DEFAULT_EVAL = REPO.parent / "shared" / "eval"
 
 def run_questions(questions: list[str], db: Path, models: dict[str, Any]) -> list[tuple[Report, float]]:
     """Each question through the flow with the scripted model, with its wall seconds."""
-    from flows.research import research_flow
+    from flows.research import report_of, research_flow
 
     results = []
     for question in questions:
@@ -55,7 +55,7 @@ def run_questions(questions: list[str], db: Path, models: dict[str, Any]) -> lis
             settings={**models, "db": str(db), "reports": str(db.parent / "reports")},
             return_state=True,
         )
-        report = state.result(raise_on_failure=False)
+        report = report_of(state)
         if not isinstance(report, Report):
             raise SystemExit(f"{question!r} crashed: {state.message}")
         results.append((report, time.perf_counter() - started))

@@ -74,7 +74,7 @@ def flow_figures(hosts: int, runs: int) -> None:
 
     apply_prefect_defaults()  # before Prefect is imported, as the CLI does
     from citeflow.contracts import Report
-    from flows.research import research_flow
+    from flows.research import report_of, research_flow
     from storage.store import get_store
     from tasks.audit import audit
 
@@ -95,7 +95,7 @@ def flow_figures(hosts: int, runs: int) -> None:
             db = tmp / f"run{run}.duckdb"
             chosen = {"search": "searxng", "db": str(db), "reports": str(tmp)}
             state = research_flow(question=FLOW_QUESTION, settings=chosen, return_state=True)
-            report = state.result(raise_on_failure=False)
+            report = report_of(state)
             if not isinstance(report, Report):
                 raise SystemExit(f"run {run} crashed: {state.message}")
             store = get_store(db)

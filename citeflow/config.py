@@ -31,6 +31,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 
 from citeflow.errors import InputError
 from citeflow.llm.settings import Limits, ModelSettings, Price, RoleConfig, RoleName
+from citeflow.urls import has_user_info, redact_user_info
 from citeflow.web.settings import WebSettings
 
 CONFIG_FILE = Path("citeflow.toml")
@@ -70,6 +71,15 @@ class StoreSettings(BaseModel):
         pattern=MEMORY_SIZE,
         description="DuckDB memory_limit of the read-only connection `citeflow sql` opens (--memory-limit); "
         "a query that needs more is stopped.",
+    )
+    sql_max_rows: int = Field(
+        10_000, ge=1, description="`citeflow sql` prints at most this many rows, saying so when it cuts."
+    )
+    sql_max_bytes: int = Field(
+        64_000_000,
+        ge=1,
+        description="`citeflow sql` stops reading rows once their values reach this many characters, "
+        "so a huge result never has to fit in memory.",
     )
 
 
@@ -173,8 +183,9 @@ class Settings(BaseSettings):
         return ModelSettings(roles=roles, limits=self.models, prices=self.prices)
 
     def stored_json(self) -> str:
-        """The tree as stored with a run: every value, sorted, no secret (keys are never settings)."""
-        return self.model_dump_json()
+        """The tree as stored with a run: every value, sorted, no secret (keys are never settings, and the
+        user info of a URL, where a password or key may hide, is redacted)."""
+        return redact_user_info(self.model_dump_json())
 
     def digest(self) -> str:
         """A short hash of stored_json: two runs with the same digest ran with the same settings."""
@@ -236,6 +247,7 @@ def load_settings(
         ),
         *_environment(env),
         (flags_source, {tuple(name.split(".")): value for name, value in (flags or {}).items()}),
+        ("command line", {tuple(name.split(".")): value for name, value in _PRIVATE_FLAGS.items()}),
     ]
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -398,7 +410,7 @@ def effective_values(loaded: Loaded) -> list[tuple[str, Any, str]]:
         source = sources.get(name) or next(
             (where for key, where in sources.items() if key.startswith(f"{name}.")), DEFAULT
         )
-        rows.append((name, value, source))
+        rows.append((name, shown(value), source))
     roles = settings.model_settings().roles
     for role in RoleName:
         config = roles.get(role)
@@ -408,5 +420,24 @@ def effective_values(loaded: Loaded) -> list[tuple[str, Any, str]]:
         for field, value in config.model_dump(mode="json").items():
             own, shared = sources.get(f"{role.value}.{field}"), sources.get(f"defaults.{field}")
             source = own or (f"{shared} [defaults]" if shared else DEFAULT)
-            rows.append((f"{role.value}.{field}", value, source))
+            rows.append((f"{role.value}.{field}", shown(value), source))
     return rows
+
+
+def shown(value: Any) -> Any:
+    """A setting's value as it may be printed: the user info of any URL in it redacted."""
+    return redact_user_info(value) if isinstance(value, str) else value
+
+
+# Settings given to this process whose values hold a URL's user info: kept out of a flow's `settings`
+# parameter (Prefect stores parameters and shows them in its UI) and applied by load_settings here instead.
+_PRIVATE_FLAGS: dict[str, Any] = {}
+
+
+def keep_private(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """`flags` without those that hold credentials in a URL, which load_settings in this process applies
+    over the flags it is given. For the command line, whose flow runs in its own process."""
+    private = {name: v for name, v in flags.items() if isinstance(v, str) and has_user_info(v)}
+    _PRIVATE_FLAGS.clear()
+    _PRIVATE_FLAGS.update(private)
+    return {name: value for name, value in flags.items() if name not in private}

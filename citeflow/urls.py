@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 # Query parameters that identify a campaign or a click, never the content.
@@ -43,3 +44,17 @@ def canonical_url(url: str, keep_fragment: bool = False) -> str:
         ]
     )
     return urlunsplit((scheme, netloc, parts.path or "/", query, fragment))
+
+
+# The user info of a URL anywhere in a text: scheme://USER[:PASSWORD]@host. Credentials are often given this
+# way (http://user:KEY@host/v1, postgres://user:pw@db/): it is cut wherever settings are shown or stored.
+USER_INFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#@]+@")
+
+
+def redact_user_info(text: str) -> str:
+    """`text` with the user info of every URL in it replaced by ***: http://***@host/v1."""
+    return USER_INFO.sub(r"\1***@", text)
+
+
+def has_user_info(text: str) -> bool:
+    return USER_INFO.search(text) is not None

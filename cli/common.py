@@ -145,10 +145,17 @@ def store_path(db: Path | None) -> Path:
 
 
 def store_of(db: Path | None) -> EvidenceStore:
-    """That store, with the settings of how long to wait for it."""
+    """That store, which must exist, with the settings of how long to wait for it. For commands that
+    only read: they never create a store (nor its folders) where a path was mistyped."""
     from storage.store import get_store
 
     settings = settings_from(None, flags(db=db)).settings
+    if not settings.db.exists():
+        raise InputError(
+            str(settings.db),
+            "does not exist; give the --db of a store that `citeflow ingest` or `citeflow run` made",
+            "nothing was created",
+        )
     return get_store(settings.db, settings.store)
 
 
@@ -266,7 +273,9 @@ def cancel_and_exit(db: Path, signum: int) -> NoReturn:
 def show_outcome(state: State, as_json: bool) -> None:
     """Print a finished run as a user asked for it: the report's path (and its caveats on stderr), or
     one JSON object; exit 1 when there is no report."""
-    result = state.result(raise_on_failure=False)
+    from flows.research import report_of
+
+    result = report_of(state)
     if isinstance(result, CiteflowError):
         fail(result)
     if not isinstance(result, Report):

@@ -20,6 +20,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from citeflow.config import keep_private, shown
 from citeflow.errors import CiteflowError, InputError
 from cli.common import (
     BaseUrlOption,
@@ -62,6 +63,31 @@ def results_table(rows: list[dict[str, object]], unanswerable: bool) -> Table:
     for row in rows:
         table.add_row(*(str(value) for value in row.values()))
     return table
+
+
+def print_results(rows: list[dict[str, object]], unanswerable: bool) -> None:
+    """The per-question table; where the terminal is narrower than it (80 columns), one block per
+    question of `name value` pairs, wrapped between pairs, never inside one."""
+    table = results_table(rows, unanswerable)
+    if table_fits(table):
+        out.print(table)
+        return
+    out.print(table.title, style="italic", highlight=False)
+    for row in rows:
+        (_, first), *rest = row.items()
+        lines = [str(first)]
+        for pair in (f"{name} {value}" for name, value in rest):
+            if len(lines) > 1 and len(lines[-1]) + 3 + len(pair) <= out.width:
+                lines[-1] += f" · {pair}"
+            else:
+                lines.append(f"  {pair}")
+        out.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
+
+
+def table_fits(table: Table) -> bool:
+    """Whether every column keeps its widest cell on one line at this width (borders included)."""
+    widths = [max(len(str(cell)) for cell in [column.header, *column.cells]) for column in table.columns]
+    return sum(widths) + 3 * len(widths) + 1 <= out.width
 
 
 def summary_table(figures: dict[str, object]) -> Table:
@@ -136,13 +162,13 @@ def evaluate(
                 concurrency=concurrency,
                 unanswerable=unanswerable,
                 config=str(config) if config else None,
-                settings=overrides,
+                settings=keep_private(overrides),  # Prefect stores parameters: no credentials
                 on_result=lambda result: progress.advance(bar),
             )
     except CiteflowError as error:  # e.g. the corpus could not be loaded: no question could run
         fail(error)
     rows = [result_row(result) for result in evaluation.results]
-    out.print(results_table(rows, unanswerable))
+    print_results(rows, unanswerable)
     out.print(summary_table(evaluation.summary.model_dump()))
     mode = "-unanswerable" if unanswerable else ""
     path = out_path or Path("reports") / f"eval-{dataset}{mode}-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
@@ -154,7 +180,7 @@ def evaluate(
         "offset": offset,
         "limit": limit,
         "unanswerable": unanswerable,
-        "settings": overrides,
+        "settings": {name: shown(value) for name, value in overrides.items()},
         "summary": evaluation.summary.model_dump(),
         "results": [result.model_dump() for result in evaluation.results],
     }

@@ -20,6 +20,7 @@ apply_prefect_defaults()  # before anything imports Prefect, which reads its set
 
 if TYPE_CHECKING:
     from citeflow.config import Settings
+    from storage.store import EvidenceStore
 
 from cli.common import (  # noqa: E402 - Prefect's defaults must be set first
     BaseUrlOption,
@@ -91,13 +92,15 @@ def run(
                 "nothing was run",
             )
         with prefect_api(settings.db):
+            from citeflow.config import keep_private
             from flows.research import research_flow
 
             state = supervised(
                 lambda: research_flow(
                     question=text,
-                    # The models an endpoint was asked for are passed on: the flow asks no endpoint again.
-                    settings=dotted | loaded.served_models(),
+                    # Prefect stores parameters: no credentials. The models an endpoint was asked for
+                    # are passed on, so the flow asks no endpoint again.
+                    settings=keep_private(dotted) | loaded.served_models(),
                     config=str(config) if config else None,
                     refresh=refresh,
                     return_state=True,
@@ -158,12 +161,16 @@ def sql(
         str | None,
         typer.Option("--memory-limit", help="Memory the query may use, e.g. 500MB or 4GB. Default: 1GB."),
     ] = None,
+    max_rows: Annotated[
+        int | None,
+        typer.Option("--max-rows", min=1, help="Print at most N rows, saying so when cut. Default: 10,000."),
+    ] = None,
 ) -> None:
     """Run one read-only query against the evidence store and print the rows."""
     from storage.store import read_only_query
 
     try:
-        settings = sql_settings(db, timeout, memory_limit)
+        settings = sql_settings(db, timeout, memory_limit, max_rows)
         columns, rows = read_only_query(settings.db, statement, settings.store)
     except CiteflowError as error:
         fail(error)
@@ -173,9 +180,14 @@ def sql(
                 "SQL", "its rows did not fit in memory; select fewer (LIMIT)", "the store is unchanged"
             )
         )
+    cut = getattr(rows, "cut", "")
     if as_json:
         for row in rows:
             sys.stdout.write(json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n")
+        if not rows:
+            sys.stdout.write("[]\n")  # valid JSON for "no rows", rather than nothing at all
+        if cut:
+            err.print(f"cut: printed {cut}", highlight=False, soft_wrap=True)
         return
     # Text cells, not markup: a page title like "[red]" must print as written, and cleaned of controls.
     table = Table(show_lines=False)
@@ -184,11 +196,13 @@ def sql(
     for row in rows:
         table.add_row(*(Text("" if value is None else for_terminal(str(value))) for value in row))
     out.print(table)
-    err.print(f"{len(rows)} rows")
+    err.print(f"{len(rows)} rows" + (f"; cut: printed {cut}" if cut else ""), highlight=False, soft_wrap=True)
 
 
-def sql_settings(db: Path | None, timeout: float | None, memory_limit: str | None) -> Settings:
-    """The settings with --timeout and --memory-limit applied, each refused in its own words."""
+def sql_settings(
+    db: Path | None, timeout: float | None, memory_limit: str | None, max_rows: int | None = None
+) -> Settings:
+    """The settings with --timeout, --memory-limit and --max-rows applied, each refused in its own words."""
     chosen = {"store.sql_timeout_seconds": timeout, "store.sql_memory_limit": memory_limit}
     for name, value in chosen.items():
         if value is None:
@@ -205,6 +219,8 @@ def sql_settings(db: Path | None, timeout: float | None, memory_limit: str | Non
                 f"{flag} {value if isinstance(value, str) else f'{value:g}'}", f"expected {expected}"
             ) from None
     given = {name: value for name, value in chosen.items() if value is not None}
+    if max_rows is not None:  # typer has checked it is a whole number of at least 1
+        given["store.sql_max_rows"] = max_rows
     return settings_from(None, {**flags(db=db), **given}).settings
 
 
@@ -275,6 +291,20 @@ def config_show(
     err.print(f"settings hash {loaded.settings.digest()}", highlight=False)
 
 
+def crashed_in_known_prefect(store: EvidenceStore) -> None:
+    """Runs just marked crashed are set Crashed in Prefect too, when its server is up (PREFECT_API_URL or
+    the `citeflow server` of the store's folder); else the next run does it. No server is started."""
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    from cli.server import running_server
+    from flows.lifecycle import crashed_in_prefect_too
+
+    url = get_current_settings().api.url or getattr(running_server(store.path), "url", None)
+    if url:
+        with temporary_settings({PREFECT_API_URL: url}):
+            crashed_in_prefect_too(store)
+
+
 @app.command()
 def runs(
     db: DbOption = None,
@@ -285,7 +315,8 @@ def runs(
 
     try:
         store = store_of(db)
-        mark_crashed(store)
+        if mark_crashed(store):
+            crashed_in_known_prefect(store)
         recent = store.recent_runs(limit)
     except CiteflowError as error:
         fail(error)

@@ -149,13 +149,27 @@ def stop_server(db: Path) -> ServerState | None:
     return state
 
 
+TEMPORARY_PORT_ENV = "CITEFLOW_TEMPORARY_SERVER_PORT"
+
+
+def temporary_port() -> int:
+    """The port of a temporary server: $CITEFLOW_TEMPORARY_SERVER_PORT (a firewall may allow only one),
+    else any free one."""
+    chosen = os.environ.get(TEMPORARY_PORT_ENV, "").strip()
+    if not chosen:
+        return free_port()
+    if not chosen.isdigit() or not 0 < int(chosen) < 65536:
+        raise InputError(f"{TEMPORARY_PORT_ENV}={chosen}", "is not a port number (1-65535)", "nothing ran")
+    return int(chosen)
+
+
 @contextlib.contextmanager
 def temporary_server(db: Path) -> Iterator[str]:
     """An API-only Prefect server for one run, on the store's Prefect database; its API URL.
 
     Started from the calling thread, which must outlive it (the parent-death signal follows the thread
     that started the child): `citeflow run` starts it from its main thread."""
-    url = f"http://127.0.0.1:{free_port()}/api"
+    url = f"http://127.0.0.1:{temporary_port()}/api"
     log = citeflow_dir(db) / "prefect" / "temporary-server.log"
     env = server_env(db, url) | {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1"}
     port = url.split(":")[2].split("/")[0]

@@ -71,26 +71,53 @@ def add(
 
 
 @topics_app.command("remove")
-def remove(name: NameArgument) -> None:
-    """Remove a topic and regenerate prefect.yaml (its past runs stay in the store)."""
-    from deployments.topics import remove_topic
+def remove(name: NameArgument, db: DbOption = None) -> None:
+    """Remove a topic and regenerate prefect.yaml; the server that has its deployment (PREFECT_API_URL,
+    or the `citeflow server` of the store's folder) deletes it and its schedule. Past runs stay."""
+    from deployments.topics import FLOW_NAME, remove_topic
 
     try:
         remove_topic(name, *files())
+        deleted = delete_deployment(f"{FLOW_NAME}/{name}", store_path(db))
     except CiteflowError as error:
         fail(error)
-    out.print(f"removed {name}", highlight=False)
+    out.print(f"removed {name}" + (f" and deployment {deleted}" if deleted else ""), highlight=False)
+
+
+def delete_deployment(deployment: str, db: Path) -> str | None:
+    """Delete `deployment` (and so its schedules) from the server this project uses, when one is up and
+    has it; its name if deleted. No temporary server is started for this."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    from cli.server import running_server
+
+    url = get_current_settings().api.url or getattr(running_server(db), "url", None)
+    if not url:
+        return None
+    with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+        try:
+            found = client.read_deployment_by_name(deployment)
+        except ObjectNotFound:
+            return None
+        except Exception as error:  # noqa: BLE001 - a server that cannot be reached keeps nothing to delete
+            raise InputError(
+                f"Prefect server {url}",
+                f"could not be asked for {deployment}: {error}",
+                "the topic is removed from the files; delete the deployment with `prefect deployment delete`",
+            ) from None
+        client.delete_deployment(found.id)
+    return deployment
 
 
 @topics_app.command("sync")
 def sync() -> None:
     """Regenerate prefect.yaml from deployments/topics.yaml (after an edit by hand)."""
-    from deployments.topics import load_topics, save_topics
+    from deployments.topics import sync_topics
 
     try:
-        topics_file, prefect_yaml = files()
-        topics = load_topics(topics_file)
-        save_topics(topics, topics_file, prefect_yaml)
+        topics = sync_topics(*files())
     except CiteflowError as error:
         fail(error)
     out.print(f"prefect.yaml now deploys {len(topics)} topic(s)", highlight=False)
@@ -99,14 +126,14 @@ def sync() -> None:
 @topics_app.command("list")
 def list_topics(db: DbOption = None) -> None:
     """Each topic: its schedule, its last run and that run's status, its next run."""
-    from deployments.topics import load_topics
+    from flows.topics import load_topics
 
     try:
         topics = load_topics(files()[0])
-        store = store_of(db)
+        store = store_of(db) if store_path(db).exists() else None  # no store yet: no topic has run
         now = datetime.now(UTC)
         for topic in topics:
-            runs = store.recent_runs(limit=1, topic=topic.name)
+            runs = store.recent_runs(limit=1, topic=topic.name) if store else []
             last = f"{runs[0].status.value} {runs[0].started_at:%Y-%m-%d %H:%M} UTC" if runs else "never run"
             line = (
                 f"{topic.name}  {topic.cron} ({topic.timezone})  last: {last}  "
@@ -129,7 +156,8 @@ def run_now(
 ) -> None:
     """Run a topic now: through its deployment when a server has it (a worker or `python -m
     deployments.serve` picks the run up), else in this process."""
-    from deployments.topics import FLOW_NAME, load_topics, tag
+    from deployments.topics import FLOW_NAME
+    from flows.topics import load_topics, tag
 
     try:
         topic = next((t for t in load_topics(files()[0]) if t.name == name), None)

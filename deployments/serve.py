@@ -19,15 +19,16 @@ from prefect.exceptions import ObjectNotFound
 from prefect.schedules import Cron
 
 from citeflow.errors import CiteflowError, InputError
-from deployments.topics import FLOW_NAME, Topic, load_topics, tag
+from deployments.topics import FLOW_NAME
 from flows.research import research_flow
+from flows.topics import Topic, load_topics, tag
 
 
 def runner_deployments(topics: list[Topic]) -> list[RunnerDeployment]:
     return [
         research_flow.to_deployment(
             name=topic.name,
-            description=f"Recurring research: {topic.question}",
+            description=f"Recurring research topic {topic.name}, its question in deployments/topics.yaml",
             tags=["citeflow", tag(topic.name)],
             parameters=topic.parameters(),
             concurrency_limit=1,  # runs of one topic never overlap

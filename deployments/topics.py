@@ -1,31 +1,33 @@
-"""Recurring topics: one file of them (deployments/topics.yaml), and prefect.yaml generated from it.
+"""Writing the recurring topics: deployments/topics.yaml, and prefect.yaml generated from it.
 
-A topic is a question researched on a schedule. Each becomes one deployment of the flow
-`citeflow-research`, named after the topic, whose parameters are the topic's, so
-`prefect deployment run citeflow-research/NAME` needs none. `citeflow topics add|remove|sync` write
-topics.yaml and regenerate prefect.yaml from it; a test fails when the two differ.
+Each topic becomes one deployment of the flow `citeflow-research`, named after the topic, so `prefect
+deployment run citeflow-research/NAME` needs no parameters. Its parameters are the topic's name and
+settings, never its question: `prefect deploy` evaluates `{{ ... }}` in every field of prefect.yaml and has
+no escape, so the flow reads the question from topics.yaml when it runs (flows/topics.py).
 
-Writes are all-or-nothing: a topic that fails validation leaves both files as they were.
+`citeflow topics add|remove` change topics.yaml in place (its comments and layout kept) under a file lock,
+so concurrent commands are applied one after the other; `sync` only regenerates prefect.yaml. A file that
+does not validate, or a topic that does not, leaves both files as they were. A test fails when the two
+files differ.
 """
 
 from __future__ import annotations
 
+import fcntl
+import io
 import os
-import re
 import tempfile
-from datetime import datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import yaml
-from cronsim import CronSim, CronSimError
-from prefect.client.schemas.schedules import CronSchedule
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
+from ruamel.yaml.comments import CommentedMap
 
-from citeflow.contracts import Question
 from citeflow.errors import InputError
-from citeflow.web.settings import PROVIDER_NAMES, parse_provider_order
+from flows.topics import Topic, read_document, round_trip, tag, topics_of
 
 REPO = Path(__file__).resolve().parent.parent
 TOPICS_FILE = REPO / "deployments" / "topics.yaml"
@@ -33,106 +35,10 @@ PREFECT_YAML = REPO / "prefect.yaml"
 FLOW_NAME = "citeflow-research"
 ENTRYPOINT = "flows/research.py:research_flow"
 WORK_POOL = "citeflow"
-SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-NAME_MAX_CHARS = 48  # with a date, a flow run name and an artifact key stay short
-
-
-class Topic(BaseModel):
-    """A question researched on a schedule."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(description="A slug: lower-case letters, digits and single hyphens.")
-    question: str
-    cron: str = Field(description="When it runs, e.g. '0 6 * * 1' for Mondays at 06:00.")
-    timezone: str = Field("UTC", description="The zone the cron expression is read in, e.g. Europe/Paris.")
-    search: str = Field("local", description="Search providers, first tried first, comma-separated.")
-    budget: int | None = Field(None, ge=0, description="Model tokens a run may spend (caps.token_budget).")
-    notify: str | None = Field(
-        None,
-        description="A Prefect notification block, as TYPE/NAME (e.g. custom-webhook/team), told of "
-        "runs that find changes or fail.",
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _slug(cls, name: str) -> str:
-        if not SLUG.fullmatch(name) or len(name) > NAME_MAX_CHARS:
-            raise ValueError(
-                f"{name!r} is not a slug of at most {NAME_MAX_CHARS} characters (lower-case letters, digits "
-                "and single hyphens, e.g. duckdb-search)"
-            )
-        return name
-
-    @field_validator("question")
-    @classmethod
-    def _question(cls, question: str) -> str:
-        try:
-            return Question(text=question).text
-        except ValidationError as error:
-            raise ValueError(error.errors()[0]["msg"].removeprefix("Value error, ")) from None
-
-    @field_validator("search")
-    @classmethod
-    def _providers(cls, search: str) -> str:
-        chosen = parse_provider_order(search)
-        unknown = [name for name in chosen if name not in PROVIDER_NAMES]
-        if not chosen or unknown:
-            raise ValueError(
-                f"unknown search provider {(unknown or [search])[0]!r}; known: {', '.join(PROVIDER_NAMES)}"
-            )
-        return ",".join(chosen)
-
-    @field_validator("notify")
-    @classmethod
-    def _block_slug(cls, notify: str | None) -> str | None:
-        if notify is not None and not re.fullmatch(r"[a-z0-9-]+/[A-Za-z0-9_-]+", notify):
-            raise ValueError(f"{notify!r} is not a notification block as TYPE/NAME, e.g. custom-webhook/team")
-        return notify
-
-    @model_validator(mode="after")
-    def _schedule(self) -> Topic:
-        # Prefect's own schedule model says whether Prefect will take the cron and zone; cronsim, which
-        # computes the next run here, must take them too.
-        try:
-            CronSchedule(cron=self.cron, timezone=self.timezone)
-            CronSim(self.cron, datetime.now(ZoneInfo(self.timezone)))
-        except (ValidationError, CronSimError, ValueError, KeyError) as error:
-            problem = error.errors()[0]["msg"] if isinstance(error, ValidationError) else str(error)
-            problem = problem.removeprefix("Value error, ")
-            raise ValueError(
-                f"{self.cron!r} in zone {self.timezone} is not a cron schedule: {problem}"
-            ) from None
-        return self
-
-    def parameters(self) -> dict[str, Any]:
-        """The flow's parameters for this topic: what a run of its deployment gets with none given."""
-        settings: dict[str, Any] = {"search": self.search}
-        if self.budget is not None:
-            settings["caps.token_budget"] = self.budget
-        parameters = {"question": self.question, "topic": self.name, "settings": settings}
-        return parameters | ({"notify": self.notify} if self.notify else {})
-
-    def next_run(self, after: datetime) -> datetime:
-        return next(CronSim(self.cron, after.astimezone(ZoneInfo(self.timezone))))
-
-
-def tag(name: str) -> str:
-    return f"topic:{name}"
-
-
-def load_topics(path: Path = TOPICS_FILE) -> list[Topic]:
-    if not path.exists():
-        return []
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        topics = [Topic.model_validate(item) for item in data.get("topics", [])]
-    except (yaml.YAMLError, ValidationError, AttributeError) as error:
-        raise InputError(str(path), f"is not a valid topics file: {error}", "nothing was changed") from None
-    names = [topic.name for topic in topics]
-    if len(names) != len(set(names)):
-        raise InputError(str(path), "names a topic twice", "nothing was changed")
-    return topics
+HEADER = (
+    "# Recurring research topics. Edit with `citeflow topics add|remove`; `citeflow topics sync`\n"
+    "# regenerates prefect.yaml after an edit by hand.\n"
+)
 
 
 def new_topic(**fields: Any) -> Topic:
@@ -147,33 +53,61 @@ def new_topic(**fields: Any) -> Topic:
         ) from None
 
 
+@contextmanager
+def locked(topics_file: Path) -> Iterator[None]:
+    """Hold the project's topics lock: one `topics add|remove|sync` reads and writes the files at a time.
+    The lock is a file beside topics.yaml, since topics.yaml itself is replaced on each write."""
+    lock_path = topics_file.with_name(topics_file.name + ".lock")
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def add_topic(topic: Topic, topics_file: Path = TOPICS_FILE, prefect_yaml: Path = PREFECT_YAML) -> None:
-    topics = load_topics(topics_file)
-    if any(existing.name == topic.name for existing in topics):
-        raise InputError(
-            f"topic {topic.name}", "already exists; remove it first", "the topics file is unchanged"
-        )
-    save_topics([*topics, topic], topics_file, prefect_yaml)
+    with locked(topics_file):
+        document = read_document(topics_file)
+        topics = topics_of(document, topics_file)
+        if any(existing.name == topic.name for existing in topics):
+            raise InputError(
+                f"topic {topic.name}", "already exists; remove it first", "the topics file is unchanged"
+            )
+        entry = CommentedMap(topic.model_dump(exclude_none=True))
+        document["topics"].append(entry)
+        write_files(document, [*topics, topic], topics_file, prefect_yaml)
 
 
 def remove_topic(name: str, topics_file: Path = TOPICS_FILE, prefect_yaml: Path = PREFECT_YAML) -> Topic:
-    topics = load_topics(topics_file)
-    found = [topic for topic in topics if topic.name == name]
-    if not found:
-        known = ", ".join(topic.name for topic in topics) or "none"
-        raise InputError(f"topic {name}", f"does not exist (topics: {known})", "the topics file is unchanged")
-    save_topics([topic for topic in topics if topic.name != name], topics_file, prefect_yaml)
-    return found[0]
+    with locked(topics_file):
+        document = read_document(topics_file)
+        topics = topics_of(document, topics_file)
+        index = next((i for i, topic in enumerate(topics) if topic.name == name), None)
+        if index is None:
+            known = ", ".join(topic.name for topic in topics) or "none"
+            raise InputError(
+                f"topic {name}", f"does not exist (topics: {known})", "the topics file is unchanged"
+            )
+        del document["topics"][index]
+        write_files(document, topics[:index] + topics[index + 1 :], topics_file, prefect_yaml)
+        return topics[index]
 
 
-def save_topics(
-    topics: list[Topic], topics_file: Path = TOPICS_FILE, prefect_yaml: Path = PREFECT_YAML
-) -> None:
-    """Write topics.yaml and the prefect.yaml generated from it, each replaced whole."""
-    body = {"topics": [topic.model_dump(exclude_none=True) for topic in topics]}
-    header = "# Recurring research topics. Edit with `citeflow topics add|remove`; `citeflow topics sync`\n"
-    header += "# regenerates prefect.yaml after an edit by hand.\n"
-    _replace(topics_file, header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=110))
+def sync_topics(topics_file: Path = TOPICS_FILE, prefect_yaml: Path = PREFECT_YAML) -> list[Topic]:
+    """Regenerate prefect.yaml from topics.yaml, which is read and never rewritten."""
+    with locked(topics_file):
+        topics = topics_of(read_document(topics_file), topics_file)
+        _replace(prefect_yaml, generated_prefect_yaml(topics))
+        return topics
+
+
+def write_files(document: CommentedMap, topics: list[Topic], topics_file: Path, prefect_yaml: Path) -> None:
+    """Write topics.yaml (a new file gets a header saying how to edit it) and prefect.yaml."""
+    text = io.StringIO()
+    round_trip().dump(document, text)
+    header = "" if topics_file.exists() else HEADER
+    _replace(topics_file, header + text.getvalue())
     _replace(prefect_yaml, generated_prefect_yaml(topics))
 
 
@@ -182,7 +116,7 @@ def generated_prefect_yaml(topics: list[Topic]) -> str:
     deployments = [
         {
             "name": topic.name,
-            "description": f"Recurring research: {topic.question}",
+            "description": f"Recurring research topic {topic.name}, its question in deployments/topics.yaml",
             "entrypoint": ENTRYPOINT,
             "tags": ["citeflow", tag(topic.name)],
             # Runs of one topic never overlap; topics run side by side.
@@ -209,4 +143,6 @@ def _replace(path: Path, text: str) -> None:
     """Write `text` to `path` atomically: readers see the old file or the new one, never half of one."""
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False) as handle:
         handle.write(text)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    os.chmod(handle.name, mode)  # a temporary file is private (0600); the project's files are not
     os.replace(handle.name, path)

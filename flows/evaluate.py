@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from citeflow.contracts import Report
 from citeflow.errors import CiteflowError
-from flows.research import research_flow
+from flows.research import report_of, research_flow
 from storage.ingest import ingest_paths
 from storage.store import get_store
 from tasks.audit import audit
@@ -82,7 +82,7 @@ def run_question(
                 seconds = time.perf_counter() - started
                 return failed(question, f"{type(error).__name__}: {error}", seconds, expected_answered)
     seconds = time.perf_counter() - started
-    report = state.result(raise_on_failure=False)
+    report = report_of(state)
     if not isinstance(report, Report):
         return failed(question, state.message or str(report), seconds, expected_answered)
     store = get_store(db)

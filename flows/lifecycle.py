@@ -54,6 +54,42 @@ def tell_prefect(run_ids: list[str], state: State) -> None:
         logger.warning("could not set %d run(s) %s in Prefect: %s", len(run_ids), state.name, error)
 
 
+RECENT_RUNS = 200  # rows checked against Prefect's states when a run starts
+
+
+def crashed_in_prefect_too(store: EvidenceStore) -> list[str]:
+    """Set Crashed in Prefect every recent run the store says crashed but Prefect still shows as not
+    finished; their ids. The row may have been marked by a citeflow with no Prefect server at hand
+    (`citeflow runs`), so each run checks rather than relying on who marked it. Best effort, as
+    tell_prefect."""
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterId,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    crashed = [run.run_id for run in store.recent_runs(RECENT_RUNS) if run.status is RunStatus.crashed]
+    if not crashed:
+        return []
+    unfinished = [StateType.RUNNING, StateType.PENDING, StateType.SCHEDULED, StateType.CANCELLING]
+    try:
+        with get_client(sync_client=True) as client:
+            found = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    id=FlowRunFilterId(any_=crashed),  # type: ignore[arg-type]
+                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=unfinished)),
+                )
+            )
+    except Exception as error:  # noqa: BLE001 - Prefect's answer changes nothing here
+        logger.warning("could not read %d crashed run(s) from Prefect: %s", len(crashed), error)
+        return []
+    ids = [str(run.id) for run in found]
+    tell_prefect(ids, Crashed(message="The process running this flow run died."))
+    return ids
+
+
 def cancel_runs_of_this_process(db: Path, why: str) -> list[str]:
     """Mark `cancelled` the runs this process is running, in the store and in Prefect; their ids."""
     store = get_store(db)
@@ -75,7 +111,8 @@ def owned_run(
 ) -> Iterator[None]:
     """Record the run as running, and give it a final status however the block ends. The finish stage
     sets the status of a run that reaches it; a row already final is never overwritten."""
-    tell_prefect(mark_crashed(store), Crashed(message="The process running this flow run died."))
+    mark_crashed(store)
+    crashed_in_prefect_too(store)
     store.start_run(
         run_id,
         question,

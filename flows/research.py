@@ -41,6 +41,7 @@ from citeflow.extractive.kind import caps_for, report_kind
 from citeflow.roles import FALLBACK_STAGE_SUFFIX, Degradation, degradation_caveats
 from flows.lifecycle import owned_run
 from flows.notifications import notify as tell
+from flows.topics import topic_question
 from storage.store import EvidenceStore, get_store
 from tasks.caching import Computed, fresh
 from tasks.changes import Changes, changes_since_last_run
@@ -306,12 +307,30 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
     return report, changes
 
 
+class NoReport(Exception):  # noqa: N818 - what the run ended with, as Prefect shows it
+    """A run that ended with no report, carrying the failed Report. A Failed state holds this rather
+    than the Report: Prefect's engine raises a failed flow's data, and data that is no exception made it
+    log "TypeError: Unexpected result for failed state" instead."""
+
+    def __init__(self, report: Report) -> None:
+        super().__init__(f"No report: {'; '.join(report.caveats) or 'nothing was verified'}")
+        self.report = report
+
+    def __reduce__(self) -> tuple[type[NoReport], tuple[Report]]:
+        return NoReport, (self.report,)  # pickled with its report, as Prefect persists results
+
+
+def report_of(state: State) -> Any:
+    """A finished flow run's Report, failed ones included; else what it ended with (an exception)."""
+    result = state.result(raise_on_failure=False)
+    return result.report if isinstance(result, NoReport) else result
+
+
 def final_state(report: Report) -> Report | State:
     """What Prefect shows: a partial report is Completed but named so; a failed one is Failed."""
     if report.status is RunStatus.failed:
-        return Failed(
-            message=f"No report: {'; '.join(report.caveats) or 'nothing was verified'}", data=report
-        )
+        failure = NoReport(report)
+        return Failed(message=str(failure), data=failure)
     if report.status is RunStatus.partial:
         return Completed(name="Partial", message="; ".join(report.caveats)[:500], data=report)
     return report
@@ -337,14 +356,15 @@ def run_name() -> str:
     task_runner=ThreadPoolTaskRunner(max_workers=TASK_WORKERS),
 )
 def research_flow(
-    question: str,
+    question: str | None = None,
     settings: dict[str, Any] | None = None,
     config: str | None = None,
     refresh: bool = False,
     topic: str | None = None,
     notify: str | None = None,
 ) -> Report | State:
-    """Answer `question` with a report whose every sentence cites a verified quote.
+    """Answer `question` with a report whose every sentence cites a verified quote; with no question, the
+    question of the recurring `topic` in deployments/topics.yaml (how a topic's deployment runs).
 
     `settings` overrides the settings tree by dotted name, e.g. {"search": "wikipedia,local",
     "caps.token_budget": 50000, "defaults.model": "qwen3:8b"}, over the environment and `config` (a
@@ -353,6 +373,8 @@ def research_flow(
     "What changed" section; `notify` names a Prefect notification block (TYPE/NAME) told of a topic's run
     that finds changes or fails. With no model endpoint configured the extractive engine plays every role."""
     loaded = load_settings(settings, Path(config) if config else None, flags_source="flow parameter settings")
+    if question is None:  # a topic's deployment: its question is read here, never templated by Prefect
+        question = topic_question(topic or "")
     question = Question(text=question).text
     # An open question's digest reads more widely (citeflow/extractive/kind.py); the run stores these caps.
     caps = caps_for(report_kind(question), loaded.settings.caps)

@@ -1,9 +1,13 @@
 """`citeflow ingest`: load local files into the evidence store.
 
-Bad input loses nothing: every file is parsed first, and only then are all pages written in one
-transaction. A malformed record or a missing path stops the whole ingest before anything is written;
-a file with nothing to load (empty, unsupported, HTML with no extractable text) is skipped with a
-reason and the rest goes in. Nothing to load at all opens no store, so creates no file.
+Bad input loses nothing: every file is checked first, and only then are all pages written in one
+transaction. A malformed record (bad JSON, invalid UTF-8, nesting too deep) or a missing path stops the
+whole ingest before anything is written, naming the file and line; a file with nothing to load (empty,
+unsupported, HTML with no extractable text) is skipped with a reason and the rest goes in. Nothing to
+load at all opens no store, so creates no file.
+
+JSON Lines files stream: they are read line by line twice, once to check every record and once to
+write them RECORD_BATCH at a time, so a 1 GB corpus never has to fit in memory.
 
 Page text is cut to the same cap as fetched pages (Caps.page_text_max_chars), and the report says how
 many records were cut: one huge record would otherwise slow every later run that reads it.
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -31,6 +37,7 @@ JSONL_SUFFIXES = frozenset({".jsonl"})
 SUPPORTED = HTML_SUFFIXES | MARKDOWN_SUFFIXES | TEXT_SUFFIXES | JSONL_SUFFIXES
 NOTHING_LOADED = "nothing was loaded; the store is unchanged"
 PAGE_TEXT_MAX_CHARS = Caps().page_text_max_chars
+RECORD_BATCH = 500  # JSON Lines records written at a time: a few MB of text, whatever the file's size
 
 
 class IngestReport(BaseModel):
@@ -107,59 +114,88 @@ def parse_html_file(path: Path) -> list[PageInput]:
     ]
 
 
-def parse_jsonl_file(path: Path) -> list[PageInput]:
-    """One page per line {"url", "title", "text"} and an optional "id"; other keys are ignored. Blank
-    lines are allowed.
+def jsonl_records(path: Path) -> Iterator[tuple[PageInput, str | None]]:
+    """Each record of a JSON Lines file, {"url", "title", "text"} and an optional "id" (other keys are
+    ignored; blank lines are allowed), with its id, read one line at a time.
 
     A malformed line stops the ingest: a corpus that loads partly would silently lose records.
     """
-    pages: list[PageInput] = []
-    ids: list[str | None] = []
-    # Split on \n alone: str.splitlines also splits at U+2028, U+0085 and others a JSON string may hold.
-    for number, line in enumerate(read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{path} line {number}"
-        failed = f"no record of {path.name}, and nothing at all, was loaded"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise IngestError(where, f"is not valid JSON ({error.msg})", failed) from error
-        if not isinstance(record, dict):
-            raise IngestError(where, "is not a JSON object", failed)
-        url, text, title = record.get("url"), record.get("text"), record.get("title", "")
-        if not isinstance(url, str) or not url.strip():
-            raise IngestError(where, 'has no "url" string', failed)
-        if not isinstance(text, str) or not text.strip():
-            raise IngestError(where, 'has no "text" string', failed)
-        if not isinstance(title, str):
-            raise IngestError(where, '"title" is not a string', failed)
-        for field, value in (("url", url), ("title", title), ("text", text)):
-            _check_encodable(value, field, where, failed)
-        pages.append(
-            PageInput(
-                url=url.strip(),
-                title=title.strip()[:TITLE_MAX_CHARS],
-                text=text.strip(),
-                origin=Origin.ingested,
-            )
-        )
-        ids.append(str(record["id"]) if isinstance(record.get("id"), str | int) else None)
-    if not pages:
+    failed = f"no record of {path.name}, and nothing at all, was loaded"
+    with path.open("rb") as handle:
+        # Split on \n alone, as bytes: str.splitlines also splits at U+2028 and others a JSON string may hold.
+        for number, raw in enumerate(handle, start=1):
+            where = f"{path} line {number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise IngestError(
+                    where, f"is not UTF-8 text ({error.reason} at byte {error.start})", failed
+                ) from None
+            if not line.strip():
+                continue
+            yield jsonl_record(line, where, failed)
+
+
+def jsonl_record(line: str, where: str, failed: str) -> tuple[PageInput, str | None]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise IngestError(where, f"is not valid JSON ({error.msg})", failed) from None
+    except RecursionError:
+        raise IngestError(where, "nests JSON values too deeply to read", failed) from None
+    if not isinstance(record, dict):
+        raise IngestError(where, "is not a JSON object", failed)
+    url, text, title = record.get("url"), record.get("text"), record.get("title", "")
+    if not isinstance(url, str) or not url.strip():
+        raise IngestError(where, 'has no "url" string', failed)
+    if not isinstance(text, str) or not text.strip():
+        raise IngestError(where, 'has no "text" string', failed)
+    if not isinstance(title, str):
+        raise IngestError(where, '"title" is not a string', failed)
+    for name, value in (("url", url), ("title", title), ("text", text)):
+        _check_encodable(value, name, where, failed)
+    page = PageInput(
+        url=url.strip(), title=title.strip()[:TITLE_MAX_CHARS], text=text.strip(), origin=Origin.ingested
+    )
+    return page, str(record["id"]) if isinstance(record.get("id"), str | int) else None
+
+
+@dataclass
+class JsonlFile:
+    """A JSON Lines file checked whole: how many records, how many longer than the cap, and which URLs
+    more than one of its records share (see distinct_url)."""
+
+    path: Path
+    records: int = 0
+    cut: int = 0
+    shared: set[str] = field(default_factory=set)
+
+
+def check_jsonl_file(path: Path, max_chars: int) -> JsonlFile:
+    checked = JsonlFile(path)
+    urls: Counter[str] = Counter()
+    for page, _ in jsonl_records(path):
+        checked.records += 1
+        checked.cut += len(page.text) > max_chars
+        urls[page.url] += 1
+    if not checked.records:
         raise Skip("the file has no records")
-    return distinct_records(pages, ids)
+    checked.shared = {url for url, count in urls.items() if count > 1}
+    return checked
 
 
-def distinct_records(pages: list[PageInput], ids: list[str | None]) -> list[PageInput]:
+def distinct_url(page: PageInput, record_id: str | None, shared: set[str]) -> PageInput:
     """Records of one file that share a URL but have ids of their own are distinct pages, not versions of
     one: each such URL gets its record's id as fragment (the store keeps an ingested page's fragment)."""
-    shared = {url for url, count in Counter(page.url for page in pages).items() if count > 1}
-    return [
-        page.model_copy(update={"url": f"{page.url}#{record_id}"})
-        if page.url in shared and record_id and "#" not in page.url
-        else page
-        for page, record_id in zip(pages, ids, strict=True)
-    ]
+    if page.url in shared and record_id and "#" not in page.url:
+        return page.model_copy(update={"url": f"{page.url}#{record_id}"})
+    return page
+
+
+def parse_jsonl_file(path: Path) -> list[PageInput]:
+    """Every record of a JSON Lines file, in memory (for small files and tests; ingest streams)."""
+    shared = check_jsonl_file(path, PAGE_TEXT_MAX_CHARS).shared
+    return [distinct_url(page, record_id, shared) for page, record_id in jsonl_records(path)]
 
 
 def _check_encodable(value: str, field: str, where: str, failed: str) -> None:
@@ -192,26 +228,45 @@ def parse_file(path: Path) -> list[PageInput]:
 def ingest_paths(
     store: EvidenceStore, paths: list[Path], max_chars: int = PAGE_TEXT_MAX_CHARS
 ) -> IngestReport:
-    """Parse every file under `paths`, then store all pages, each text cut to `max_chars`, in one
+    """Check every file under `paths`, then store all pages, each text cut to `max_chars`, in one
     transaction and refresh the index. With nothing to store, the store is not opened at all."""
     report = IngestReport(max_chars=max_chars)
-    pages: list[PageInput] = []
+    pages: list[PageInput] = []  # of HTML, Markdown and text files: one page each
+    jsonl: list[JsonlFile] = []
     for path in expand([Path(p) for p in paths]):
         try:
-            parsed = parse_file(path)
+            if path.suffix.lower() in JSONL_SUFFIXES and path.stat().st_size:
+                checked = check_jsonl_file(path, max_chars)
+                jsonl.append(checked)
+                report.records += checked.records
+                report.cut += checked.cut
+            else:
+                parsed = parse_file(path)
+                report.records += len(parsed)
+                report.cut += sum(len(page.text) > max_chars for page in parsed)
+                pages.extend(parsed)
         except Skip as skip:
             report.skipped.append(f"{path}: {skip}")
             continue
         except OSError as error:
             raise IngestError(str(path), f"could not be read ({error.strerror})", NOTHING_LOADED) from error
         report.files += 1
-        report.records += len(parsed)
-        pages.extend(parsed)
-    if not pages:
+    if not report.records:
         return report
-    report.cut = sum(len(page.text) > max_chars for page in pages)
+
+    def batches() -> Iterator[list[PageInput]]:
+        yield pages
+        for checked in jsonl:
+            batch: list[PageInput] = []
+            for page, record_id in jsonl_records(checked.path):
+                batch.append(distinct_url(page, record_id, checked.shared))
+                if len(batch) == RECORD_BATCH:
+                    yield batch
+                    batch = []
+            yield batch
+
     with store.session():  # one open of the file for the write and the index rebuild
-        counts = store.put_pages(pages, max_chars=max_chars)
+        counts = store.put_page_batches(batches(), max_chars=max_chars)
         report.new, report.unchanged, report.changed = counts.new, counts.unchanged, counts.changed
         refresh_index(store)
     return report

@@ -12,7 +12,7 @@ claims.py, calls.py, traces.py; files.py opens the file, user_sql.py runs `citef
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -188,10 +188,17 @@ class EvidenceStore:
 
     def put_pages(self, pages: list[PageInput], max_chars: int | None = None) -> IngestCounts:
         """Store a batch in one transaction: if any page fails, none is stored."""
+        return self.put_page_batches([pages], max_chars)
+
+    def put_page_batches(
+        self, batches: Iterable[list[PageInput]], max_chars: int | None = None
+    ) -> IngestCounts:
+        """Store batches in one transaction, one batch in memory at a time: if any fails, none is stored."""
         counts = IngestCounts()
         with self._file.page_lock, self.transaction() as cur:
-            for _, outcome in pages_table.put(cur, pages, max_chars):
-                setattr(counts, outcome.value, getattr(counts, outcome.value) + 1)
+            for batch in batches:
+                for _, outcome in pages_table.put(cur, batch, max_chars):
+                    setattr(counts, outcome.value, getattr(counts, outcome.value) + 1)
         return counts
 
     def identity(self) -> str:

@@ -54,18 +54,29 @@ def check_read_only_sql(sql: str) -> None:
         )
 
 
+# Rows are read this many at a time, so at most this many rows beyond the byte cap are ever held.
+FETCH_BATCH = 32
+
+
+class SelectedRows(list[tuple]):
+    """The rows a SELECT returned, up to the caps; `cut` says why there may be more ('' when none)."""
+
+    cut: str = ""
+
+
 def run_select(
     cur: duckdb.DuckDBPyConnection, sql: str, settings: StoreSettings
 ) -> tuple[list[str], list[tuple]]:
-    """Run a checked SELECT on `cur` inside a transaction that is rolled back, stopped at the time limit."""
+    """Run a checked SELECT on `cur` inside a transaction that is rolled back, stopped at the time limit;
+    its rows read a few at a time up to settings.sql_max_rows and sql_max_bytes (a SelectedRows)."""
     timer = threading.Timer(settings.sql_timeout_seconds, cur.interrupt)
     timer.daemon = True
     cur.begin()
     timer.start()
     try:
         cur.execute(sql)
-        rows = cur.fetchall()
         names = [description[0] for description in cur.description or []]
+        rows = capped_rows(cur, settings)
     except duckdb.InterruptException as error:
         raise InputError(
             "SQL",
@@ -86,3 +97,23 @@ def run_select(
         timer.cancel()
         cur.rollback()
     return names, rows
+
+
+def capped_rows(cur: duckdb.DuckDBPyConnection, settings: StoreSettings) -> SelectedRows:
+    """The result's rows until it ends or a cap is reached; the text of the values counts as bytes."""
+    rows = SelectedRows()
+    size = 0
+    while batch := cur.fetchmany(FETCH_BATCH):
+        for row in batch:
+            if len(rows) == settings.sql_max_rows:
+                rows.cut = f"the first {len(rows):,} rows (give --max-rows N for more)"
+                return rows
+            size += sum(len(str(value)) for value in row if value is not None)
+            if size > settings.sql_max_bytes:
+                rows.cut = (
+                    f"the first {len(rows):,} rows: the next would pass {settings.sql_max_bytes:,} "
+                    "characters of values (select fewer columns or rows)"
+                )
+                return rows
+            rows.append(row)
+    return rows

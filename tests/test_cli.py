@@ -284,3 +284,74 @@ def test_ingest_out_of_memory_is_one_line(tmp_path: Path) -> None:
         "error: ingest: ran out of memory while loading (nothing was loaded; the store is unchanged)"
     )
     assert not db.exists()
+
+
+def test_sql_prints_at_most_max_rows_and_says_it_cut(docs_db: Path) -> None:
+    default = runner.invoke(app, ["sql", "SELECT * FROM range(20000)", "--db", str(docs_db), "--json"])
+    five = runner.invoke(app, ["sql", "SELECT * FROM range(20000)", "--db", str(docs_db), "--max-rows", "5"])
+
+    assert default.exit_code == 0 and len(default.stdout.splitlines()) == 10_000
+    assert "cut: printed the first 10,000 rows (give --max-rows N for more)" in default.stderr
+    assert five.exit_code == 0 and "5 rows; cut: printed the first 5 rows" in five.stderr
+
+
+def test_sql_stops_reading_rows_past_its_byte_cap(docs_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CITEFLOW_STORE__SQL_MAX_BYTES", "1000000")
+
+    result = runner.invoke(
+        app, ["sql", "SELECT repeat('x', 100000) AS x FROM range(1000)", "--db", str(docs_db), "--json"]
+    )
+
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 10
+    assert "the next would pass 1,000,000 characters of values" in result.stderr
+
+
+def test_sql_json_with_no_rows_prints_an_empty_list(docs_db: Path) -> None:
+    result = runner.invoke(app, ["sql", "SELECT * FROM pages WHERE false", "--db", str(docs_db), "--json"])
+
+    assert result.exit_code == 0 and json.loads(result.stdout) == []
+
+
+def test_the_eval_table_fits_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    import cli.evaluate
+
+    console = Console(width=80, file=io.StringIO(), color_system=None)
+    monkeypatch.setattr(cli.evaluate, "out", console)
+    row = {"id": "5a8b57f25542995d1e6f1371", "status": "complete", "answered": "yes", "evidence": "2/3",
+           "gold pages": "1/2", "cited": 3, "answer": "yes", "integrity": 0, "words": 148, "calls": 12,
+           "tokens": 10234, "seconds": 41.2}  # fmt: skip
+
+    cli.evaluate.print_results([row, {**row, "id": "other"}], unanswerable=False)
+
+    printed = console.file.getvalue()  # type: ignore[attr-defined]
+    assert max(len(line) for line in printed.splitlines()) <= 80
+    for name, value in row.items():
+        assert (f"{name} {value}" if name != "id" else str(value)) in printed
+
+
+def test_read_only_commands_never_create_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "missing" / "dir" / "x.duckdb"
+    (tmp_path / "deployments").mkdir()
+    monkeypatch.chdir(tmp_path)
+
+    runs = runner.invoke(app, ["runs", "--db", str(missing)])
+    sql = runner.invoke(app, ["sql", "SELECT 1", "--db", str(missing)])
+    diff = runner.invoke(app, ["topics", "diff", "acme", "--db", str(missing)])
+    listed = runner.invoke(app, ["topics", "list", "--db", str(missing)])
+
+    assert runs.exit_code == 1 and f"{missing}: does not exist" in " ".join(runs.stderr.split())
+    assert sql.exit_code == 1 and diff.exit_code == 1 and listed.exit_code == 0
+    assert not (tmp_path / "missing").exists()
+
+
+def test_the_project_folder_of_stores_and_servers_is_ignored_by_git() -> None:
+    import subprocess
+
+    from conftest import REPO
+
+    ignored = subprocess.run(["git", "check-ignore", "-q", ".citeflow/prefect/prefect.db"], cwd=REPO)
+    assert ignored.returncode == 0

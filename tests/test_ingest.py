@@ -288,3 +288,37 @@ def test_records_with_distinct_fragments_or_ids_are_distinct_searchable_pages(
     assert (again.new, again.changed, again.unchanged) == (0, 1, 3)
     [found] = [result for result in LocalSearch(store).search("causeway", 10)]
     assert found.url.endswith("#p2") and "about forty thousand" in found.snippet  # the latest version only
+
+
+def cli_ingest(path: Path, db: Path) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    citeflow = str(Path(sys.executable).parent / "citeflow")
+    done = subprocess.run([citeflow, "ingest", str(path), "--db", str(db)], capture_output=True, text=True)
+    return done.returncode, done.stderr
+
+
+def test_an_invalid_utf8_line_is_named_and_nothing_of_its_file_is_loaded(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    good = '{"url": "https://example.org/1", "text": "one"}\n'
+    latin = '{"url": "https://example.org/2", "text": "caf\xe9"}\n'.encode("latin-1")
+    corpus.write_bytes(good.encode() + latin)
+    db = tmp_path / "store.duckdb"
+
+    code, stderr = cli_ingest(corpus, db)
+
+    assert code == 1 and "Traceback" not in stderr, stderr
+    assert f"{corpus} line 2: is not UTF-8 text" in " ".join(stderr.split())
+    assert not db.exists()
+
+
+def test_json_nested_too_deeply_is_one_line_and_loads_nothing(tmp_path: Path) -> None:
+    corpus = tmp_path / "deep.jsonl"
+    corpus.write_text('{"url": "https://example.org/1", "text": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+
+    code, stderr = cli_ingest(corpus, tmp_path / "store.duckdb")
+
+    assert code == 1 and "Traceback" not in stderr, stderr
+    assert "line 1: nests JSON values too deeply to read" in " ".join(stderr.split())
+

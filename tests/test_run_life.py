@@ -178,6 +178,8 @@ def test_a_run_killed_mid_verification_is_resumed_and_marked_crashed(
     assert server.calls["verifier"] - calls["verifier"] == calls["verifier"] - 2
     statuses = sorted(status_of(db).values())
     assert statuses == ["complete", "crashed"] or statuses == ["crashed", "partial"]
+    [killed] = [run_id for run_id, status in status_of(db).items() if status == "crashed"]
+    assert prefect_state(db, killed) == "CRASHED"  # Prefect and the store agree
 
 
 def hits(site: LoopbackServer) -> list[dict[str, str]]:

@@ -52,3 +52,17 @@ def test_a_run_goes_to_the_running_server_and_runs_lists_it(tmp_path: Path) -> N
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert citeflow("server", "status", "--db", db, env=env).returncode == 1
+
+
+def test_the_temporary_server_takes_the_port_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cli.server import temporary_server
+
+    port = free_port()
+    monkeypatch.setenv("CITEFLOW_TEMPORARY_SERVER_PORT", str(port))
+
+    with temporary_server(tmp_path / "store.duckdb") as url:
+        health = httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=30)
+
+    assert url == f"http://127.0.0.1:{port}/api" and health.status_code == 200

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from citeflow.contracts import Report
 from cli.main import app
 from deployments.serve import runner_deployments
-from deployments.topics import generated_prefect_yaml, load_topics
+from deployments.topics import generated_prefect_yaml
+from flows.topics import load_topics
 from storage.ingest import ingest_paths
 from storage.store import get_store
 
@@ -102,7 +103,7 @@ def test_each_topic_is_a_deployment_named_after_it_that_needs_no_parameters(proj
 
     assert [d.name for d in deployments] == ["acme", "tea"]
     acme = deployments[0]
-    expected = {"question": QUESTION, "topic": "acme", "settings": {"search": "local"}}
+    expected = {"topic": "acme", "settings": {"search": "local"}}
     assert acme.parameters == {**expected, "notify": "custom-webhook/team"}
     assert acme.tags == ["citeflow", "topic:acme"] and acme.concurrency_limit == 1
     assert [schedule.schedule.cron for schedule in acme.schedules or []] == ["0 6 * * 1"]  # type: ignore[union-attr]
@@ -208,3 +209,79 @@ def test_a_topic_run_says_what_changed_since_its_last_and_tells_the_block(
 
     diff = runner.invoke(app, ["topics", "diff", "acme", "--db", str(db)])
     assert diff.exit_code == 0 and "- Changed source (its page differs): Acme Corp history" in diff.stdout
+
+
+COMMENTED = """# Our team's topics: ask Ana before changing the schedules.
+topics:
+# the weekly one
+- name: acme  # keep this name: dashboards use it
+  question: Who founded Acme Corp?
+  cron: 0 6 * * 1
+"""
+
+
+def test_comments_survive_add_remove_and_sync(project: Path) -> None:
+    topics_file = project / "deployments" / "topics.yaml"
+    topics_file.write_text(COMMENTED, encoding="utf-8")
+
+    assert runner.invoke(app, ["topics", "sync"]).exit_code == 0
+    assert topics_file.read_text(encoding="utf-8") == COMMENTED
+    assert add("tea", "--question", "Which tea is green?", "--cron", "0 7 * * *").exit_code == 0
+    assert runner.invoke(app, ["topics", "remove", "tea"]).exit_code == 0
+
+    assert topics_file.read_text(encoding="utf-8") == COMMENTED
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("topic:\n- name: acme\n", "line 1: unknown key 'topic'; the file holds one key, `topics:`"),
+        ("topics: 5\n", "line 1: `topics:` must be a list of topics, not 5"),
+        ("topics:\n", "line 1: `topics:` must be a list of topics, not nothing"),
+        ("topics:\n- name: a\n  name: b\n", "line 3: is not valid YAML"),
+        (COMMENTED + "  quesiton: typo?\n", "line 7: unknown key 'quesiton'"),
+        (COMMENTED + "  timezone: Mars/Olympus\n", "line 4:"),
+        (COMMENTED + COMMENTED.split("topics:\n", 1)[1], "line 8: names topic acme a second time"),
+        ("topics: [\n", "is not valid YAML"),
+    ],
+)
+def test_a_file_that_does_not_validate_is_refused_with_its_line_and_left_as_it_was(
+    project: Path, text: str, message: str
+) -> None:
+    topics_file = project / "deployments" / "topics.yaml"
+    topics_file.write_text(text, encoding="utf-8")
+
+    for command in (["topics", "sync"], ["topics", "add", "tea", "--question", "Q?", "--cron", "0 7 * * *"]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 1 and result.exception is None or isinstance(result.exception, SystemExit)
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert topics_file.read_text(encoding="utf-8") == text
+        assert not (project / "prefect.yaml").exists()
+
+
+def test_a_latin_1_file_is_refused_with_its_line(project: Path) -> None:
+    topics_file = project / "deployments" / "topics.yaml"
+    topics_file.write_bytes(COMMENTED.replace("Acme Corp", "Acme Caf\u00e9").encode("latin-1"))
+
+    result = runner.invoke(app, ["topics", "sync"])
+
+    assert result.exit_code == 1 and "line 5: is not UTF-8 text" in result.stderr, result.stderr
+
+
+def test_six_concurrent_adds_all_remain(project: Path) -> None:
+    import subprocess
+    import sys
+
+    citeflow = str(Path(sys.executable).parent / "citeflow")
+    names = [f"topic-{n}" for n in range(6)]
+    started = [
+        subprocess.Popen([citeflow, "topics", "add", name, "--question", f"What is {name}?", "--cron",
+                          "0 6 * * *"], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for name in names
+    ]  # fmt: skip
+    assert [process.wait(timeout=120) for process in started] == [0] * 6
+
+    assert sorted(topic.name for topic in load_topics(project / "deployments" / "topics.yaml")) == names
+    assert (project / "prefect.yaml").read_text(encoding="utf-8") == generated_prefect_yaml(
+        load_topics(project / "deployments" / "topics.yaml")
+    )
