@@ -71,6 +71,12 @@ class StoreSettings(BaseModel):
         description="DuckDB memory_limit of the read-only connection `citeflow sql` opens (--memory-limit); "
         "a query that needs more is stopped.",
     )
+    data_path: str | None = Field(
+        None,
+        description="Where a DuckLake store (db = ducklake:...) keeps its table data: a local folder or "
+        "s3://bucket/prefix/ (credentials from the AWS_* variables, never from settings). Needed when the "
+        "lake is created; a lake that exists already knows it.",
+    )
 
 
 class Caps(BaseModel):
