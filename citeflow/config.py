@@ -81,6 +81,12 @@ class StoreSettings(BaseModel):
         description="`citeflow sql` stops reading rows once their values reach this many characters, "
         "so a huge result never has to fit in memory.",
     )
+    data_path: str | None = Field(
+        None,
+        description="Where a DuckLake store (db = ducklake:...) keeps its table data: a local folder or "
+        "s3://bucket/prefix/ (credentials from the AWS_* variables, never from settings). Needed when the "
+        "lake is created; a lake that exists already knows it.",
+    )
 
 
 class Caps(BaseModel):

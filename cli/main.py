@@ -165,13 +165,21 @@ def sql(
         int | None,
         typer.Option("--max-rows", min=1, help="Print at most N rows, saying so when cut. Default: 10,000."),
     ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            help="Read a DuckLake store as it was when run RUN_ID finished, or at a UTC TIMESTAMP.",
+            metavar="RUN_ID|TIMESTAMP",
+        ),
+    ] = None,
 ) -> None:
     """Run one read-only query against the evidence store and print the rows."""
     from storage.store import read_only_query
 
     try:
         settings = sql_settings(db, timeout, memory_limit, max_rows)
-        columns, rows = read_only_query(settings.db, statement, settings.store)
+        columns, rows = read_only_query(settings.db, statement, settings.store, at)
     except CiteflowError as error:
         fail(error)
     except MemoryError:
@@ -362,6 +370,32 @@ def audit(
             out.print(f"  {clean_line(line)}", markup=False, highlight=False, soft_wrap=True)
     if not result.sound:
         raise typer.Exit(1)
+
+
+store_app = typer.Typer(help="The evidence store itself: a .duckdb file or a DuckLake.", no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("copy")
+def store_copy(
+    source: Annotated[str, typer.Argument(help="The store to copy from: a .duckdb file or ducklake:...")],
+    target: Annotated[str, typer.Argument(help="The store to copy into (created if missing).")],
+) -> None:
+    """Copy every row SOURCE holds and TARGET lacks (a .duckdb file into a lake, or back); prints the
+    rows copied per table. A second copy adds nothing. A lake's data path: $CITEFLOW_STORE__DATA_PATH."""
+    from storage.copy import copy_store
+    from storage.store import EvidenceStore
+
+    try:
+        settings = settings_from(None, {}).settings.store
+        copied = copy_store(
+            EvidenceStore.open(Path(source), settings=settings),
+            EvidenceStore.open(Path(target), settings=settings),
+        )
+    except CiteflowError as error:
+        fail(error)
+    for table, count in copied.items():
+        out.print(f"{table:<17} {count:>9} rows copied", markup=False, highlight=False)
 
 
 server_app = typer.Typer(

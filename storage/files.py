@@ -27,6 +27,7 @@ import duckdb_extension_fts
 
 from citeflow.config import StoreSettings
 from citeflow.errors import InputError, StoreError
+from storage.lake import is_lake, lake_location
 from storage.migrations import LATEST_VERSION, MIGRATIONS, current_version, migrate
 
 # Waits for the file are reported here; the command line prints them as one line.
@@ -60,6 +61,8 @@ BASE_CONFIG: Config = {"autoinstall_known_extensions": False, "autoload_known_ex
 def store_path(value: str | Path) -> Path:
     """The absolute path of a store file, refusing anything DuckDB would read as a URL or an extension."""
     text = str(value)
+    if is_lake(text):  # a DuckLake catalog (storage/lake.py), kept as its canonical text
+        return Path(lake_location(text))
     if NOT_A_FILE.match(text):
         raise InputError(
             f"store {text}",

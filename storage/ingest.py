@@ -266,7 +266,7 @@ def ingest_paths(
             yield batch
 
     with store.session():  # one open of the file for the write and the index rebuild
-        counts = store.put_page_batches(batches(), max_chars=max_chars)
+        counts = store.put_page_batches(batches, max_chars=max_chars)
         report.new, report.unchanged, report.changed = counts.new, counts.unchanged, counts.changed
         refresh_index(store)
     return report

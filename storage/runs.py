@@ -60,10 +60,10 @@ def end(cur: duckdb.DuckDBPyConnection, run_id: str, status: RunStatus, why: str
     ended = cur.execute(
         "UPDATE runs SET status = ?, ended_at = ?, report_markdown = ?, "
         "wall_seconds = date_diff('millisecond', started_at, ?) / 1000 "
-        "WHERE run_id = ? AND status = ? RETURNING run_id",
+        "WHERE run_id = ? AND status = ?",
         [status.value, now, why, now, run_id, RunStatus.running.value],
-    ).fetchall()
-    return bool(ended)
+    ).fetchone()
+    return bool(ended and ended[0])  # the count of rows updated (DuckLake has no UPDATE ... RETURNING)
 
 
 def running(cur: duckdb.DuckDBPyConnection) -> dict[str, ProcessId | None]:
@@ -99,7 +99,7 @@ def finish(
 ) -> None:
     updated = cur.execute(
         "UPDATE runs SET status = ?, ended_at = ?, wall_seconds = ?, report_markdown = ?, "
-        "report_path = ?, metrics = ?, report_kind = ? WHERE run_id = ? RETURNING run_id",
+        "report_path = ?, metrics = ?, report_kind = ? WHERE run_id = ?",
         [
             status.value,
             utc_now(),
@@ -110,8 +110,8 @@ def finish(
             report_kind,
             run_id,
         ],
-    ).fetchall()
-    if not updated:
+    ).fetchone()
+    if not (updated and updated[0]):  # the count of rows updated
         raise StoreError(f"run {run_id}", "was never started, so it cannot be finished", "no row was written")
 
 

@@ -18,6 +18,10 @@ DuckDB can skip the row groups holding other terms; pages added in small batches
 no useful order, which every search scans, so once that tail holds more than COMPACT_SHARE of the pages,
 the refresh rewrites `terms` in term order (seconds at 100,000 pages, once per 10% of growth).
 
+On a DuckLake store (storage/lake.py) the lake keeps no macros, so each process builds its own index
+in its in-memory database, over a view of the lake's `pages`, and refreshes it the same way when the
+lake's pages change (a new snapshot adds pages: the count or newest stored_at moves).
+
 The `search_index` table records the page count and newest stored_at the index was brought up to;
 a search first compares them with `pages` and adds what is new. Only the latest version of each
 canonical URL is returned.
@@ -171,7 +175,7 @@ def _index_exists(cur: duckdb.DuckDBPyConnection) -> bool:
 
 
 def index_is_stale(store: EvidenceStore) -> bool:
-    with store.cursor() as cur:
+    with store.index_cursor() as cur:
         built = cur.execute("SELECT pages, max_stored_at FROM search_index").fetchone()
         return built is None or not _index_exists(cur) or tuple(built) != _pages_state(cur)
 
@@ -183,11 +187,17 @@ def _create_empty_index(cur: duckdb.DuckDBPyConnection) -> None:
     on an empty stand-in named `pages` while the real table is renamed aside, all in the caller's
     transaction: a rename is a catalog change, instant whatever the table holds."""
     cur.execute(f"DROP SCHEMA IF EXISTS {INDEX} CASCADE")
-    cur.execute("ALTER TABLE pages RENAME TO pages_being_indexed")
+    view = cur.execute(
+        "SELECT sql FROM duckdb_views() WHERE view_name = 'pages' AND database_name = current_database()"
+    ).fetchone()
+    if view:  # on a lake, `pages` is this process's view of the lake's table (EvidenceStore.index_cursor)
+        cur.execute("DROP VIEW pages")
+    else:
+        cur.execute("ALTER TABLE pages RENAME TO pages_being_indexed")
     cur.execute("CREATE TABLE pages (id VARCHAR, title VARCHAR, text VARCHAR)")
     cur.execute(f"PRAGMA create_fts_index('pages', 'id', 'title', 'text', stemmer = '{STEMMER}')")
     cur.execute("DROP TABLE pages")
-    cur.execute("ALTER TABLE pages_being_indexed RENAME TO pages")
+    cur.execute(view[0] if view else "ALTER TABLE pages_being_indexed RENAME TO pages")
     cur.execute(f"CREATE TABLE {INDEX}.compacted (docs BIGINT NOT NULL)")
     cur.execute(f"INSERT INTO {INDEX}.compacted VALUES (0)")
     cur.execute(f"CREATE TABLE {INDEX}.superseded (docid BIGINT NOT NULL)")
@@ -223,7 +233,7 @@ def refresh_index(store: EvidenceStore) -> None:
         if not index_is_stale(store):
             return
         store.load_fts()
-        with store.transaction() as cur:
+        with store.index_transaction() as cur:
             if not _index_exists(cur) or not _index_matches_pages(cur):
                 _create_empty_index(cur)
             cur.execute(ADD_PAGES_SQL)
@@ -271,7 +281,7 @@ class LocalSearch:
         with self.store.index_lock, self.store.session():
             refresh_index(self.store)
             self.store.load_fts()
-            with self.store.cursor() as cur:
+            with self.store.index_cursor() as cur:
                 if not _index_exists(cur):
                     return []  # a read-only store that was never searched while writable
                 ranked = [

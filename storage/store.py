@@ -7,15 +7,23 @@ checkpointed and released, so other processes (`citeflow sql`, a second run) get
 
 What each table holds and how it is read or written lives in a module named for it: pages.py, runs.py,
 claims.py, calls.py, traces.py; files.py opens the file, user_sql.py runs `citeflow sql`.
+
+The same store may be a DuckLake instead (storage/lake.py): then the process keeps the lake attached,
+sessions cost nothing, and every write goes through `write`, which retries a transaction DuckLake
+refused for conflicting with another process's commit.
 """
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -37,14 +45,25 @@ from citeflow.contracts import (
     SubQuestion,
     Trace,
 )
-from citeflow.errors import StoreError
+from citeflow.errors import InputError, StoreError
 from storage import calls as calls_table
 from storage import claims as claims_table
 from storage import pages as pages_table
 from storage import runs as runs_table
 from storage import traces as traces_table
 from storage.calls import RoleUsage
-from storage.files import duckdb_detail, shared_file, store_path
+from storage.files import duckdb_detail, first_line, shared_file, store_path
+from storage.lake import (
+    CATALOG,
+    INDEX_CATALOG,
+    SharedLake,
+    attach,
+    is_lake,
+    lock_down,
+    shared_lake,
+    snapshot_of,
+)
+from storage.lake import compact as compact_lake
 from storage.pages import IngestCounts, Stored, content_hash, page_id
 from storage.rows import utc_now
 from storage.runs import RunSummary
@@ -63,7 +82,20 @@ __all__ = [
     "utc_now",
 ]
 
+log = logging.getLogger("citeflow.store")
+
 ROLLED_BACK = "this step was rolled back; everything stored before it is intact"
+# A lake write that conflicts with another process's commit is tried again after a random pause that
+# grows from FIRST_RETRY_SECONDS to MAX_RETRY_SECONDS (a commit to a PostgreSQL catalog takes tens of ms).
+FIRST_RETRY_SECONDS = 0.02
+MAX_RETRY_SECONDS = 1.0
+CONFLICT = "Transaction conflict"
+# DuckLake keeps no PRIMARY KEY, so two processes could each find a page id missing and insert it.
+# Every page write on a lake also updates this one-row table (unused on a lake otherwise: the
+# full-text index is per process there), so of two page writes committing at once DuckLake refuses the
+# second, which is retried and then finds the page stored: each id exactly once.
+PAGE_WRITE_GUARD = "UPDATE search_index SET built_at = now()::TIMESTAMP"
+T = TypeVar("T")
 
 
 class EvidenceStore:
@@ -73,7 +105,8 @@ class EvidenceStore:
         self.path = store_path(path)
         self.read_only = read_only
         self.settings = settings or StoreSettings()
-        self._file = shared_file(self.path)
+        self.is_lake = is_lake(self.path)
+        self._file: SharedLake | Any = shared_lake(self.path) if self.is_lake else shared_file(self.path)
         self._closed = False
 
     # -- opening, sessions and cursors -------------------------------------------------------------
@@ -139,6 +172,8 @@ class EvidenceStore:
         with self._hold() as con:
             cur = con.cursor()
             try:
+                if self.is_lake:
+                    cur.execute(f"USE {CATALOG}")  # a new cursor starts in the in-memory database
                 yield cur
             except duckdb.OutOfMemoryException as error:
                 raise StoreError(
@@ -169,6 +204,52 @@ class EvidenceStore:
                 raise
             cur.commit()
 
+    def write(self, change: Callable[[duckdb.DuckDBPyConnection], T], pages: bool = False) -> T:
+        """Run `change` in one transaction and return what it returns. On a lake, a commit refused for
+        conflicting with another process's is rolled back and `change` runs again, on the lake as it
+        is now, with a growing random pause, for up to settings.wait_seconds; `pages` also makes it
+        conflict with every other page write (PAGE_WRITE_GUARD)."""
+        deadline = time.monotonic() + self.settings.wait_seconds
+        delay = FIRST_RETRY_SECONDS
+        while True:
+            try:
+                with self.transaction() as cur:
+                    result = change(cur)
+                    if pages and self.is_lake:
+                        cur.execute(PAGE_WRITE_GUARD)
+                return result
+            except duckdb.TransactionException as error:
+                if not self.is_lake or CONFLICT not in str(error) or time.monotonic() >= deadline:
+                    raise
+                log.debug("lake write conflicted with another commit; trying again: %s", first_line(error))
+                time.sleep(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, MAX_RETRY_SECONDS)
+
+    @contextmanager
+    def index_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor where the full-text index lives: the store itself, or on a lake this process's
+        in-memory database, where `pages` is a view of the lake's pages (storage/search.py)."""
+        with self.cursor() as cur:
+            if self.is_lake:
+                cur.execute(f"USE {INDEX_CATALOG}")
+                cur.execute(f"CREATE VIEW IF NOT EXISTS pages AS SELECT * FROM {CATALOG}.main.pages")
+                cur.execute(
+                    "CREATE TABLE IF NOT EXISTS search_index "
+                    "(pages BIGINT NOT NULL, max_stored_at TIMESTAMP, built_at TIMESTAMP NOT NULL)"
+                )
+            yield cur
+
+    @contextmanager
+    def index_transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self.index_cursor() as cur:
+            cur.begin()
+            try:
+                yield cur
+            except BaseException:
+                cur.rollback()
+                raise
+            cur.commit()
+
     def load_fts(self) -> None:
         """Inside a session: make full-text search available, and shut the connection off from every
         other file (storage/files.py says why this waits until needed)."""
@@ -182,24 +263,29 @@ class EvidenceStore:
         Returns the stored page and whether a row was created. Changed content at a known URL is
         a new row with a new id; the old version stays, since claims cite it by hash.
         """
-        with self._file.page_lock, self.transaction() as cur:
-            [(stored, outcome)] = pages_table.put(cur, [page], max_chars)
+        with self._file.page_lock:
+            [(stored, outcome)] = self.write(lambda cur: pages_table.put(cur, [page], max_chars), pages=True)
         return stored, outcome is not Stored.unchanged
 
     def put_pages(self, pages: list[PageInput], max_chars: int | None = None) -> IngestCounts:
         """Store a batch in one transaction: if any page fails, none is stored."""
-        return self.put_page_batches([pages], max_chars)
+        return self.put_page_batches(lambda: [pages], max_chars)
 
     def put_page_batches(
-        self, batches: Iterable[list[PageInput]], max_chars: int | None = None
+        self, batches: Callable[[], Iterable[list[PageInput]]], max_chars: int | None = None
     ) -> IngestCounts:
-        """Store batches in one transaction, one batch in memory at a time: if any fails, none is stored."""
-        counts = IngestCounts()
-        with self._file.page_lock, self.transaction() as cur:
-            for batch in batches:
+        """Store the batches `batches()` yields in one transaction, one batch in memory at a time: if any
+        fails, none is stored. A function, not the batches, since a lake's conflict retry reads them again."""
+
+        def put(cur: duckdb.DuckDBPyConnection) -> IngestCounts:
+            counts = IngestCounts()
+            for batch in batches():
                 for _, outcome in pages_table.put(cur, batch, max_chars):
                     setattr(counts, outcome.value, getattr(counts, outcome.value) + 1)
-        return counts
+            return counts
+
+        with self._file.page_lock:
+            return self.write(put, pages=True)
 
     def identity(self) -> str:
         """This store and no other: its resolved path and when it was created (a store deleted and made
@@ -208,7 +294,8 @@ class EvidenceStore:
             (created,) = cur.execute(  # type: ignore[misc]
                 "SELECT min(applied_at) FROM schema_migrations"
             ).fetchone()
-        return f"{self.path.resolve()}@{created}"
+        where = self.path if self.is_lake else self.path.resolve()
+        return f"{where}@{created}"
 
     def page_count(self) -> int:
         with self.cursor() as cur:
@@ -241,10 +328,11 @@ class EvidenceStore:
     ) -> None:
         """Record a run as running, with the settings it runs with, the process that runs it and the
         recurring topic it researches, if any."""
-        with self.cursor() as cur:
-            runs_table.start(
+        self.write(
+            lambda cur: runs_table.start(
                 cur, run_id, question, engine, search, settings_json, settings_hash, owner, topic
             )
+        )
 
     def cited_pages(self, run_id: str) -> list[Page]:
         """The page versions a run's sources are (pages with a source id), in source order."""
@@ -254,8 +342,7 @@ class EvidenceStore:
     def end_run(self, run_id: str, status: RunStatus, why: str) -> bool:
         """End a run that is still `running` with no report (failed, cancelled, crashed), saying why.
         False when the run had already ended: a run's first final status is the one that stands."""
-        with self.cursor() as cur:
-            return runs_table.end(cur, run_id, status, why)
+        return self.write(lambda cur: runs_table.end(cur, run_id, status, why))
 
     def running_runs(self) -> dict[str, ProcessId | None]:
         """Runs still marked `running`, with the process that runs each (None for rows older than that)."""
@@ -276,24 +363,22 @@ class EvidenceStore:
         metrics: RunMetrics,
         report_kind: str = "answer",
     ) -> None:
-        with self.cursor() as cur:
-            runs_table.finish(cur, run_id, status, report_markdown, report_path, metrics, report_kind)
+        self.write(
+            lambda cur: runs_table.finish(cur, run_id, status, report_markdown, report_path, metrics, report_kind)
+        )
 
     def add_subquestions(self, run_id: str, subquestions: list[SubQuestion]) -> None:
-        with self.transaction() as cur:
-            runs_table.add_subquestions(cur, run_id, subquestions)
+        self.write(lambda cur: runs_table.add_subquestions(cur, run_id, subquestions))
 
     def subquestions(self, run_id: str) -> list[SubQuestion]:
         with self.cursor() as cur:
             return runs_table.subquestions(cur, run_id)
 
     def add_search_results(self, run_id: str, subquestion_id: str, results: list[SearchResult]) -> None:
-        with self.transaction() as cur:
-            runs_table.add_search_results(cur, run_id, subquestion_id, results)
+        self.write(lambda cur: runs_table.add_search_results(cur, run_id, subquestion_id, results))
 
     def add_run_source(self, source: RunSource) -> None:
-        with self.cursor() as cur:
-            runs_table.add_source(cur, source)
+        self.write(lambda cur: runs_table.add_source(cur, source))
 
     def run_sources(self, run_id: str) -> list[RunSource]:
         with self.cursor() as cur:
@@ -302,8 +387,7 @@ class EvidenceStore:
     # -- claims, sources and report sentences -------------------------------------------------------
 
     def add_claims(self, claims: list[Claim]) -> None:
-        with self.transaction() as cur:
-            claims_table.add(cur, claims)
+        self.write(lambda cur: claims_table.add(cur, claims))
 
     def claims(self, run_id: str, status: ClaimStatus | None = None) -> list[Claim]:
         """The run's claims, C1, C2, ... C10 in natural order; only those with `status` if given."""
@@ -313,18 +397,15 @@ class EvidenceStore:
     def number_sources(self, run_id: str) -> list[Source]:
         """Number S1, S2, ... the pages with at least one verified claim, in report order (see
         storage/claims.py); safe to call again after more claims arrive."""
-        with self.transaction() as cur:
-            return claims_table.number_sources(cur, run_id)
+        return self.write(lambda cur: claims_table.number_sources(cur, run_id))
 
     def renumber_sources(self, run_id: str, numbers: dict[str, str]) -> None:
         """Give the run's sources new ids (old id -> new id) in claims and run_sources alike, so the store
         numbers them as the report does (in the order it first cites them)."""
-        with self.transaction() as cur:
-            claims_table.renumber_sources(cur, run_id, numbers)
+        self.write(lambda cur: claims_table.renumber_sources(cur, run_id, numbers))
 
     def add_report_sentences(self, sentences: list[ReportSentence]) -> None:
-        with self.transaction() as cur:
-            claims_table.add_sentences(cur, sentences)
+        self.write(lambda cur: claims_table.add_sentences(cur, sentences))
 
     def report_sentences(self, run_id: str) -> list[ReportSentence]:
         with self.cursor() as cur:
@@ -333,8 +414,7 @@ class EvidenceStore:
     # -- model calls, traces, errors ----------------------------------------------------------------
 
     def add_model_call(self, call: ModelCall) -> None:
-        with self.cursor() as cur:
-            calls_table.add(cur, call)
+        self.write(lambda cur: calls_table.add(cur, call))
 
     def run_tokens(self, run_id: str) -> tuple[int, int]:
         """(prompt, completion) tokens the run's model calls used so far: the budget reads this."""
@@ -347,16 +427,28 @@ class EvidenceStore:
             return calls_table.role_usage(cur, run_id)
 
     def add_trace(self, trace: Trace) -> None:
-        with self.cursor() as cur:
-            traces_table.add_trace(cur, trace)
+        self.write(lambda cur: traces_table.add_trace(cur, trace))
 
     def add_error(self, error: RunError) -> None:
-        with self.cursor() as cur:
-            traces_table.add_error(cur, error)
+        self.write(lambda cur: traces_table.add_error(cur, error))
 
     def errors(self, run_id: str) -> list[RunError]:
         with self.cursor() as cur:
             return traces_table.errors(cur, run_id)
+
+    # -- maintenance --------------------------------------------------------------------------------
+
+    def compact(self, keep_days: int) -> dict[str, int]:
+        """On a lake: merge small data files, expire snapshots older than `keep_days`, delete unneeded
+        files (storage/lake.compact). A .duckdb file needs none of it."""
+        if not self.is_lake:
+            raise InputError(
+                str(self.path),
+                "is a .duckdb file; compaction is for a DuckLake store",
+                "the store is unchanged",
+            )
+        with self.cursor() as cur:
+            return compact_lake(cur, keep_days)
 
     # -- user SQL -----------------------------------------------------------------------------------
 
@@ -371,12 +463,34 @@ class EvidenceStore:
 
 
 def read_only_query(
-    path: Path, sql: str, settings: StoreSettings | None = None
+    path: Path, sql: str, settings: StoreSettings | None = None, at: str | None = None
 ) -> tuple[list[str], list[tuple]]:
     """Run one SELECT on the store at `path`, opening it read-only (with settings.sql_memory_limit)
-    unless this process already has it open, in which case the query joins that connection."""
+    unless this process already has it open, in which case the query joins that connection.
+
+    `at` (a run id or a UTC timestamp) reads a lake as it was then: when that run finished, or at the
+    last snapshot committed by that time (storage/lake.snapshot_of)."""
     check_read_only_sql(sql)
-    return EvidenceStore(path, read_only=True, settings=settings).query(sql)
+    store = EvidenceStore(path, read_only=True, settings=settings)
+    if at is None:
+        return store.query(sql)
+    if not store.is_lake:
+        raise InputError(
+            "--at",
+            "reads a DuckLake store as it was at a run or time; this store is a .duckdb file, which keeps "
+            "no snapshots (citeflow store copy moves it into a lake)",
+            "the store is unchanged",
+        )
+    with store.cursor() as cur:
+        snapshot = snapshot_of(cur, at)
+    settings = store.settings
+    con = attach(str(store.path), settings.data_path, True, settings.sql_memory_limit, snapshot)
+    try:
+        con.execute(f"USE {CATALOG}")
+        lock_down(con)
+        return run_select(con, sql, settings)
+    finally:
+        con.close()
 
 
 _stores: dict[Path, EvidenceStore] = {}
@@ -392,7 +506,7 @@ def get_store(path: Path, settings: StoreSettings | None = None) -> EvidenceStor
         store = _stores.get(key)
         if store is None or store.closed:
             store = EvidenceStore(key, settings=settings)
-            if key.exists():
+            if is_lake(key) or key.exists():
                 with store.session():
                     pass
             _stores[key] = store
