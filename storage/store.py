@@ -364,7 +364,9 @@ class EvidenceStore:
         report_kind: str = "answer",
     ) -> None:
         self.write(
-            lambda cur: runs_table.finish(cur, run_id, status, report_markdown, report_path, metrics, report_kind)
+            lambda cur: runs_table.finish(
+                cur, run_id, status, report_markdown, report_path, metrics, report_kind
+            )
         )
 
     def add_subquestions(self, run_id: str, subquestions: list[SubQuestion]) -> None:
