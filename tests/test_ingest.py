@@ -321,4 +321,3 @@ def test_json_nested_too_deeply_is_one_line_and_loads_nothing(tmp_path: Path) ->
 
     assert code == 1 and "Traceback" not in stderr, stderr
     assert "line 1: nests JSON values too deeply to read" in " ".join(stderr.split())
-
