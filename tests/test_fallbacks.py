@@ -108,7 +108,7 @@ def put(store: EvidenceStore, text: str = TEXT, title: str = "Acme Corp") -> Pag
     return page
 
 
-PAIR = "Are Christopher Nolan and Sathish Kalathil both film directors?"
+PAIR = "Are Mirela Vostrand and Tobias Elgrin both sculptors?"
 
 
 def test_an_unusable_plan_is_replaced_by_the_extractive_plan(store: EvidenceStore) -> None:
@@ -117,7 +117,7 @@ def test_an_unusable_plan_is_replaced_by_the_extractive_plan(store: EvidenceStor
     subquestions = plan(engine, PAIR, 5, 3, Step())
 
     assert subquestions[0].text == PAIR  # the question itself is always researched
-    assert subquestions == extractive_engine().planner.plan(PAIR, 5)  # all four of them
+    assert subquestions == extractive_engine().planner.plan(PAIR, 5)  # all three of them
     (degradation,) = engine.degradations.drain()
     assert degradation.role == "planner" and "failed validation twice" in degradation.reason
     assert degradation.short == (
@@ -387,12 +387,12 @@ def test_the_rules_follow_ups_come_first_and_a_model_follow_up_that_is_no_questi
 def test_a_role_no_model_plays_neither_falls_back_nor_is_topped_up_twice(store: EvidenceStore) -> None:
     # A model writes; the extractive engine plans and verifies, so there is nothing to fall back from.
     engine = model_engine(synthesiser=OneSentence("Jane Doe founded Acme Corp.", "S1"))
-    haymo = "What language were books being translated into during the era of Haymo of Faversham?"
+    alone = "What language were ledgers being copied into during the reign of Osric of Wendmere?"
     planned = Step()
 
-    subquestions = plan(engine, haymo, 5, 3, planned)
+    subquestions = plan(engine, alone, 5, 3, planned)
 
-    assert subquestions == plan(extractive_engine(), haymo, 5, 3, Step())  # short of 3, as it is alone
+    assert subquestions == plan(extractive_engine(), alone, 5, 3, Step())  # short of 3, as it is alone
     page = put(store)
     verified = Step()
     claims = verify_page(engine, "r1", SUB, page, "C1", 3, 20, 0.6, verified)
