@@ -63,7 +63,7 @@ def test_flow_writes_a_report_whose_every_citation_is_a_verified_quote(
 def test_a_store_with_no_pages_fails_the_run_and_says_why(prefect_api: None, tmp_path: Path) -> None:
     from prefect.states import State
 
-    from flows.research import research_flow
+    from flows.research import report_of, research_flow
 
     state = research_flow(
         question="What is the airspeed of an unladen swallow?",
@@ -72,7 +72,7 @@ def test_a_store_with_no_pages_fails_the_run_and_says_why(prefect_api: None, tmp
     )
 
     assert isinstance(state, State) and state.is_failed()
-    report = state.result(raise_on_failure=False)
+    report = report_of(state)
     assert isinstance(report, Report)
     assert report.status is RunStatus.failed
     assert report.sentences == [] and report.sources == []

@@ -231,7 +231,7 @@ def test_all_providers_failing_ends_in_an_honest_no_sources_report(
 ) -> None:
     from prefect.states import State
 
-    from flows.research import research_flow
+    from flows.research import report_of, research_flow
 
     db = tmp_path / "failed.duckdb"
     with LoopbackServer(failing_routes()) as broken:
@@ -246,7 +246,7 @@ def test_all_providers_failing_ends_in_an_honest_no_sources_report(
         searches = broken.paths()
 
     assert isinstance(state, State) and state.is_failed()
-    report = state.result(raise_on_failure=False)
+    report = report_of(state)
     assert isinstance(report, Report) and report.status is RunStatus.failed
     assert report.sentences == [] and report.sources == [] and report.claims == []
     assert "No report could be written" in report.markdown
