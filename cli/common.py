@@ -147,10 +147,11 @@ def store_path(db: Path | None) -> Path:
 def store_of(db: Path | None) -> EvidenceStore:
     """That store, which must exist, with the settings of how long to wait for it. For commands that
     only read: they never create a store (nor its folders) where a path was mistyped."""
+    from storage.files import store_exists
     from storage.store import get_store
 
     settings = settings_from(None, flags(db=db)).settings
-    if not settings.db.exists():
+    if not store_exists(settings.db):
         raise InputError(
             str(settings.db),
             "does not exist; give the --db of a store that `citeflow ingest` or `citeflow run` made",

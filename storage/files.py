@@ -27,7 +27,7 @@ import duckdb_extension_fts
 
 from citeflow.config import StoreSettings
 from citeflow.errors import InputError, StoreError
-from storage.lake import is_lake, lake_location
+from storage.lake import is_lake, lake_exists, lake_location
 from storage.migrations import LATEST_VERSION, MIGRATIONS, current_version, migrate
 
 # Waits for the file are reported here; the command line prints them as one line.
@@ -71,6 +71,11 @@ def store_path(value: str | Path) -> Path:
             "nothing was opened",
         )
     return Path(text).expanduser().resolve()
+
+
+def store_exists(path: Path) -> bool:
+    """Whether the store at a store_path() is there, a file or a lake."""
+    return lake_exists(str(path)) if is_lake(path) else path.exists()
 
 
 def fts_extension_path() -> Path:

@@ -83,6 +83,15 @@ def lake_location(value: str | Path) -> str:
     )
 
 
+def lake_exists(location: str) -> bool:
+    """Whether a canonical lake location names a lake that is there: its catalog file, for a SQLite or
+    DuckDB catalog. A PostgreSQL catalog cannot be seen without connecting; opening it says if it is not."""
+    rest = location[len(PREFIX) :]
+    if rest.startswith("postgres:"):
+        return True
+    return Path(rest.removeprefix("sqlite:")).exists()
+
+
 def _missing(text: str) -> str:
     raise InputError(f"store {text}", "names no SQLite catalog file", "nothing was opened")
 
