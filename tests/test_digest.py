@@ -40,6 +40,8 @@ from tasks.writer import EngineSteps, write_report
         ("What were the consequences of the storm for the fishing fleet?", ReportKind.digest),
         ("Latest on the harbour dredging project", ReportKind.digest),
         ("Describe the history of the lighthouse.", ReportKind.digest),
+        ("Year of launch of the ferry that replaced the Harbour Star?", ReportKind.answer),
+        ("Causes of the harbour strike?", ReportKind.digest),
     ],
 )
 def test_the_report_kind_follows_the_grammar_of_the_question(question: str, kind: ReportKind) -> None:

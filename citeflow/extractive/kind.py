@@ -80,8 +80,10 @@ def report_kind(question: str) -> ReportKind:
     asking = [index for index, word in enumerate(words) if word in _WH]
     if not asking:
         # A topic or an instruction ("Latest on X", "Describe X"), unless it is a clue ("... a group known
-        # by this acronym."): that asks for the one thing it points at.
-        return ReportKind.answer if _POINTERS & set(words) else ReportKind.digest
+        # by this acronym.", that asks for the one thing it points at) or a verbless question about one
+        # thing ("Place of birth of X?"; "Effects of X?" asks for many).
+        one_thing = question.rstrip().endswith("?") and not _head_noun_plural(words)
+        return ReportKind.answer if one_thing or _POINTERS & set(words) else ReportKind.digest
     if any(index and words[index - 1] in _SLOT_LEADS for index in asking):
         return ReportKind.answer  # one slot of a statement: "How to Eat, released in which year, ..."
     word, rest = words[asking[0]], words[asking[0] + 1 :]
