@@ -30,6 +30,7 @@ import ast
 import hashlib
 import importlib.util
 import json
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -98,10 +99,21 @@ def stage_sources(module: str) -> dict[str, bytes]:
     return sources
 
 
-@cache
+# ast.parse in two threads at once can fail ("SystemError: AST constructor recursion depth mismatch",
+# seen when mapped researcher tasks first compute their keys together), so versions are computed one
+# at a time, each once per process.
+_versions_lock = threading.Lock()
+
+
 def code_version(module: str) -> str:
     """A hash of `stage_sources(module)`: the prompts, extractive rules and checks a stage runs, and
     nothing it does not."""
+    with _versions_lock:
+        return _code_version(module)
+
+
+@cache
+def _code_version(module: str) -> str:
     sources = stage_sources(module)
     digest = hashlib.sha256()
     for name in sorted(sources):
