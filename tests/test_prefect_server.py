@@ -174,7 +174,9 @@ def test_a_topic_question_reaches_the_deployment_and_the_run_as_literal_text(
         [(stored,)] = con.execute("SELECT question FROM runs").fetchall()
     assert stored == TEMPLATED
     flow_runs = [run for run in api(env, "/flow_runs/filter") if run["parameters"].get("topic") == "tricky"]
-    assert [run["state"]["type"] for run in flow_runs] == ["FAILED"]
+    # The server's scheduler adds the topic's next cron runs beside the one run here.
+    states = sorted(run["state"]["type"] for run in flow_runs)
+    assert states[0] == "FAILED" and set(states[1:]) <= {"SCHEDULED"}
     seen = json.dumps([deployments, flow_runs, api(env, "/artifacts/filter")]) + deploy.stdout + done.stderr
     assert not [secret for secret in PLANTED if secret in seen]
 
