@@ -51,8 +51,11 @@ K1, B = 1.2, 0.75  # match_bm25's defaults
 # pages and COMPACT_MIN_PAGES: below that a search scans the tail in a few milliseconds.
 COMPACT_SHARE = 0.10
 COMPACT_MIN_PAGES = 5_000
+# Pages indexed per pass: the temporary tables of a pass hold every word of its pages, so one pass over
+# a 50,000-page ingest took the process to 1.7 GB; passes of this many keep it near the store's own use.
+INDEX_BATCH_PAGES = 5_000
 
-# What fts's PRAGMA does for the pages not yet indexed, as a few set operations: tokenize each
+# What fts's PRAGMA does for (a batch of) the pages not yet indexed, as a few set operations: tokenize each
 # title and text with fts's own `tokenize` macro, stem each distinct word once (not each of its
 # occurrences) and drop stopwords there, give new terms the next term ids, append one `terms` row per
 # occurrence sorted by term, then add to each term's document frequency and each new page's length.
@@ -63,7 +66,9 @@ CREATE OR REPLACE TEMP TABLE index_new_docs AS
 SELECT (SELECT coalesce(max(docid), -1) FROM {INDEX}.docs)
            + row_number() OVER (ORDER BY p.stored_at, p.id) AS docid,
        p.id AS name, p.canonical_url, p.title, p.text
-FROM pages p ANTI JOIN {INDEX}.docs d ON d.name = p.id;
+FROM pages p ANTI JOIN {INDEX}.docs d ON d.name = p.id
+ORDER BY p.stored_at, p.id
+LIMIT {INDEX_BATCH_PAGES};
 
 CREATE OR REPLACE TEMP TABLE index_new_words AS
 SELECT docid, {TITLE_FIELD} AS fieldid, unnest({INDEX}.tokenize(title)) AS w FROM index_new_docs
@@ -203,6 +208,10 @@ def _create_empty_index(cur: duckdb.DuckDBPyConnection) -> None:
     cur.execute(f"CREATE TABLE {INDEX}.superseded (docid BIGINT NOT NULL)")
 
 
+def _indexed_count(cur: duckdb.DuckDBPyConnection) -> int:
+    return cur.execute(f"SELECT count(*) FROM {INDEX}.docs").fetchone()[0]  # type: ignore[index]
+
+
 def _index_matches_pages(cur: duckdb.DuckDBPyConnection) -> bool:
     """False when the index names a page the store no longer holds: then only a rebuild is right."""
     (orphans,) = cur.execute(  # type: ignore[misc]
@@ -236,7 +245,15 @@ def refresh_index(store: EvidenceStore) -> None:
         with store.index_transaction() as cur:
             if not _index_exists(cur) or not _index_matches_pages(cur):
                 _create_empty_index(cur)
-            cur.execute(ADD_PAGES_SQL)
+        # A transaction a batch, so what DuckDB holds for one stays bounded; a refresh stopped part way is
+        # taken up by the next, since search_index still records the index as stale.
+        added = INDEX_BATCH_PAGES
+        while added == INDEX_BATCH_PAGES:
+            with store.index_transaction() as cur:
+                indexed = _indexed_count(cur)
+                cur.execute(ADD_PAGES_SQL)
+                added = _indexed_count(cur) - indexed
+        with store.index_transaction() as cur:
             _compact_if_due(cur)
             count, newest = _pages_state(cur)
             cur.execute("DELETE FROM search_index")

@@ -244,6 +244,19 @@ def test_an_index_grown_page_batch_by_batch_is_the_one_fts_builds_at_once(
     assert len(grown) > 10_000
 
 
+def test_an_index_built_in_passes_of_a_few_pages_is_the_one_fts_builds_at_once(
+    store: EvidenceStore, corpus_records: list[dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_module, "INDEX_BATCH_PAGES", 7)  # the refresh takes many passes
+    _ingest_in_batches(store, corpus_records, batches=1)
+    passes = _rows(store, INDEX_CONTENT)
+    assert len({row[0] for row in passes}) == len(corpus_records) and not index_is_stale(store)
+    with store.session(), store.cursor() as cur:
+        store.load_fts()
+        cur.execute("PRAGMA create_fts_index('pages', 'id', 'title', 'text', overwrite = 1)")
+    assert sorted(passes) == sorted(_rows(store, INDEX_CONTENT))
+
+
 def test_the_search_ranks_pages_as_fts_match_bm25_does(
     store: EvidenceStore, corpus_records: list[dict]
 ) -> None:
