@@ -144,9 +144,10 @@ def settled(
 
 def research_round(
     run: RunContext, subquestions: list[SubQuestion], refresh: bool
-) -> tuple[list[Researched], list[tuple[str, str]], int]:
-    """Search and fetch for each sub-question (mapped tasks), record what was found, and choose the
-    pages to verify: (what each researcher found, (page id, sub-question id) pairs, pages found)."""
+) -> tuple[list[tuple[str, Researched]], list[tuple[str, str]], int]:
+    """Search and fetch for each sub-question (mapped tasks), record what was found as this run's, and
+    choose the pages to verify: ((sub-question id, what its research found), (page id, sub-question id)
+    pairs, pages found)."""
     logger = get_run_logger()
     researcher = fresh(research_task, refresh).with_options(
         cache_expiration=timedelta(hours=run.settings.web.freshness_hours)
@@ -157,15 +158,16 @@ def research_round(
     completed = [
         sub for sub, future in zip(subquestions, futures, strict=True) if future.state.is_completed()
     ]
-    researched = [one.for_subquestion(sub.id) for sub, one in zip(completed, done, strict=True)]
+    researched = [(sub.id, one) for sub, one in zip(completed, done, strict=True)]
     with run.store.session():
-        for one in researched:
-            record_research(run.store, run.run_id, one)
-    for one in researched:
+        sources = [
+            source
+            for subquestion_id, one in researched
+            for source in record_research(run.store, run.run_id, subquestion_id, one)
+        ]
+    for _, one in researched:
         logger.info("research %s", one.summary)
-    pages, found = select_pages(
-        [source for one in researched for source in one.sources], run.settings.caps.pages_verified_max
-    )
+    pages, found = select_pages(sources, run.settings.caps.pages_verified_max)
     return researched, pages, found
 
 
@@ -185,9 +187,9 @@ def verify_round(
         for n, (page_id, subquestion_id) in enumerate(pages, start=first_number)
     ]
     checked: list[list[Claim]] = settled(run, "verify", verifying, [sub_id for _, sub_id in pages])
-    claims = [claim.model_copy(update={"run_id": run.run_id}) for page in checked for claim in page]
+    claims = [claim for page in checked for claim in page]
     with run.store.session():
-        run.store.add_claims(claims)
+        run.store.add_claims(run.run_id, claims)
         record_degradations(run, metrics, degraded)
     metrics.claims_rejected += sum(claim.status is ClaimStatus.rejected for claim in claims)
 
@@ -261,7 +263,7 @@ def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Repor
             metrics.pages = len(more)
             metrics.claims_verified = len(claims) - first_round
     create_table_artifact(
-        table=[{"subquestion": one.subquestion_id, **one.counts} for one in researched],
+        table=[{"subquestion": subquestion_id, **one.counts} for subquestion_id, one in researched],
         key=f"research-{artifact_key}",
         description=f"Pages fetched, read from the store, skipped and failed per sub-question, run {run_id}",
     )

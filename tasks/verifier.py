@@ -116,7 +116,6 @@ def _why_none_verified(drafts: list[ClaimDraft], claims: list[Claim]) -> tuple[s
 
 def verify_page(
     engine: Engine,
-    run_id: str,
     subquestion: SubQuestion,
     page: Page,
     claim_prefix: str,
@@ -134,7 +133,6 @@ def verify_page(
             drafts,
             page,
             subquestion_id=subquestion.id,
-            run_id=run_id,
             claim_prefix=claim_prefix,
             min_quote_chars=quote_min_chars,
             support_min=support_min,
@@ -217,8 +215,8 @@ def _verify_key(inputs: dict[str, Any]) -> list[Any]:
     cache_policy=StageKey(stage="verify", parts=_verify_key),
 )
 def verify_task(subquestion: SubQuestion, page_id: str, claim_prefix: str) -> Computed[list[Claim]]:
-    """Every claim proposed from the page, checked, with the fallbacks of its calls. The flow stores
-    them for its run (a cached result carries the run id of the run that computed it)."""
+    """Every claim proposed from the page, checked, with the fallbacks of its calls. The claims name no
+    run: the flow files them under its own, whether it computed them or reused them from the cache."""
     run = current_run()
     caps = run.settings.caps
     page = run.store.get_page(page_id)
@@ -228,7 +226,6 @@ def verify_task(subquestion: SubQuestion, page_id: str, claim_prefix: str) -> Co
     ):
         claims = verify_page(
             run.engine,
-            run.run_id,
             subquestion,
             page,
             claim_prefix,

@@ -253,7 +253,7 @@ def test_extractor_respects_the_limit_skips_fragments_and_quotes_verbatim() -> N
     drafts = ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 10)
     assert len(drafts) == 4
     assert "Ok." not in [draft.text for draft in drafts]
-    claims = verify_drafts(drafts, HELEN_HUNT, "q1", "run", "C1", 20)
+    claims = verify_drafts(drafts, HELEN_HUNT, "q1", "C1", 20)
     assert all(claim.status is ClaimStatus.verified for claim in claims)
     [best] = ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 1)
     assert best.text == "Hunt had a number of early roles in film and on television."
@@ -285,7 +285,7 @@ def test_extractor_proposes_prose_only_from_a_markdown_page() -> None:
         "A claim is kept only if its quote is found in the stored text of the page.",
         "A quote shorter than twenty characters is rejected by the check.",
     ]
-    claims = verify_drafts(drafts, MARKDOWN, "q1", "run", "C1", 20)
+    claims = verify_drafts(drafts, MARKDOWN, "q1", "C1", 20)
     assert all(claim.status is ClaimStatus.verified for claim in claims)
     assert all(MARKDOWN.text[claim.quote_start : claim.quote_end] == claim.quote for claim in claims)
 
@@ -315,7 +315,6 @@ SUBQUESTIONS = [
 def verified(claim_id: str, subquestion_id: str, text: str, source_id: str, start: int = 0) -> Claim:
     return Claim(
         id=claim_id,
-        run_id="run",
         subquestion_id=subquestion_id,
         page_id=f"page-{source_id}",
         page_hash="h",

@@ -55,7 +55,6 @@ PAGE = Page(
 )
 CLAIM = Claim(
     id="C1",
-    run_id="r1",
     subquestion_id="q1",
     page_id="p1",
     page_hash="h1",
@@ -168,7 +167,7 @@ def test_injected_page_is_delimited_as_data_and_caps_hold(server: ScriptedServer
             PageInput(url=PAGE.url, title=PAGE.title, text=PAGE.text, origin=Origin.ingested)
         )
         store.start_run("r1", QUESTION, "test", "local", "{}")
-        kept = verify_page(models.engine, "r1", SUB, page, "C1", 3, 20, 0.6, Step())
+        kept = verify_page(models.engine, SUB, page, "C1", 3, 20, 0.6, Step())
     finally:
         store.close()
     # The model offered 9: the claims cap is code, not a request to the model. Three of its claims were
