@@ -137,9 +137,9 @@ def test_sub_questions_not_about_the_question_are_dropped_and_the_plan_filled(st
     assert degradation.short.startswith("The planner model gave 0 usable sub-question(s) of the 2 needed")
 
 
-def test_an_unusable_verifier_reply_leaves_the_page_to_the_extractive_extractor(store: EvidenceStore) -> None:
+def test_an_unusable_verifier_reply_leaves_the_page_to_the_extractive_verifier(store: EvidenceStore) -> None:
     page = put(store)
-    engine = model_engine(extractor=Raising())
+    engine = model_engine(verifier=Raising())
 
     claims = verify_page(engine, SUB, page, "C1", 3, 20, 0.6, Step())
 
@@ -148,14 +148,14 @@ def test_an_unusable_verifier_reply_leaves_the_page_to_the_extractive_extractor(
     (degradation,) = engine.degradations.drain()
     assert (degradation.role, degradation.subject) == ("verifier", page.url)
     assert degradation.short == (
-        "The verifier model's claims for a page its reply was invalid twice; the extractive extractor read "
+        "The verifier model's claims for a page its reply was invalid twice; the extractive verifier read "
         "the page."
     )
 
 
 def test_a_page_whose_model_claims_all_fail_is_read_again_extractively(store: EvidenceStore) -> None:
     page = put(store)
-    engine = model_engine(extractor=Lying())
+    engine = model_engine(verifier=Lying())
 
     claims = verify_page(engine, SUB, page, "C1", 3, 20, 0.6, Step())
 
@@ -174,7 +174,7 @@ def test_a_page_whose_model_claims_all_fail_is_read_again_extractively(store: Ev
 def test_a_page_not_about_the_sub_question_is_not_sent_to_the_model(store: EvidenceStore) -> None:
     page = put(store, "The Tucson Rodeo is held every February. Cowboys compete in roping.", "Rodeo")
     lying = Lying()
-    engine = model_engine(extractor=lying)
+    engine = model_engine(verifier=lying)
 
     step = Step()
     assert verify_page(engine, SUB, page, "C1", 3, 20, 0.6, step) == []
@@ -190,7 +190,7 @@ def test_the_claims_cap_is_filled_with_the_extractive_claims_after_the_models(st
         def extract(self, subquestion: SubQuestion, page: Page, limit: int) -> list[ClaimDraft]:
             return [ClaimDraft(text="Jane Doe founded Acme Corp in 1947.", quote=TEXT.split(". ")[0] + ".")]
 
-    engine = model_engine(extractor=OneGood())
+    engine = model_engine(verifier=OneGood())
 
     claims = verify_page(engine, SUB, page, "C1", 3, 20, 0.6, Step())
 
@@ -206,7 +206,7 @@ def test_a_long_page_is_read_in_windows_best_first(store: EvidenceStore) -> None
     filler = " ".join(f"Filler sentence number {n} says nothing at all here." for n in range(60))
     page = put(store, f"{filler} {TEXT}")
     lying = Lying()
-    engine = replace(model_engine(extractor=lying), window_chars=600, windows_max=2)
+    engine = replace(model_engine(verifier=lying), window_chars=600, windows_max=2)
 
     verify_page(engine, SUB, page, "C1", 3, 20, 0.6, Step())
 
