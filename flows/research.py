@@ -47,7 +47,7 @@ from citeflow.contracts import (
 )
 from citeflow.extractive.kind import caps_for, report_kind
 from citeflow.roles import FALLBACK_STAGE_SUFFIX, Degradation, degradation_caveats
-from flows.lifecycle import owned_run
+from flows.lifecycle import cancelled_on_sigterm, owned_run
 from flows.notifications import notify as tell
 from flows.topics import topic_question
 from storage.store import EvidenceStore, get_store
@@ -450,6 +450,7 @@ def research_flow(
     with (
         open_run_context(run_id, question, settings, store, topic) as run,
         owned_run(store, run_id, question, settings, run.engine.name, topic),
+        cancelled_on_sigterm(Path(settings.db)),
     ):
         try:
             report, changes = run_stages(run, topic or slug(question), refresh)
