@@ -172,8 +172,8 @@ def research_pages(
             for sub, one in researched
             for source in record_research(run.store, run.run_id, sub.id, one)
         ]
-    for _, one in researched:
-        logger.info("research %s", one.summary)
+    for sub, one in researched:
+        logger.info("research %s: %s", sub.id, one.tally)
     counts = [{"subquestion": sub.id, **one.counts} for sub, one in researched]
     return counts, sources, len({source.page_id for source in sources})
 

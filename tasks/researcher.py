@@ -35,7 +35,7 @@ class FoundPage(BaseModel):
 
 
 class Researched(BaseModel):
-    """What one query's research produced: the pages read, and a line a person can follow. It names no
+    """What one query's research produced: the pages read, with the URLs per outcome. It names no
     run and no sub-question: a result cached by query is reused by runs that number their sub-questions
     differently, and `record_research` files it under the run and sub-question that read it."""
 
@@ -45,7 +45,7 @@ class Researched(BaseModel):
     pages: list[FoundPage]
     failures: list[str]  # provider failures, skipped and failed URLs, one line each
     counts: dict[str, int]  # URLs per status: fetched, stored, shared, skipped, failed
-    summary: str
+    tally: str  # a line a person can follow: URLs fetched, from the store, skipped, failed
 
 
 def research(
@@ -76,7 +76,7 @@ def research(
         pages=pages,
         failures=[error.detail for error in outcome.errors],
         counts=outcome.fetch.counts(),
-        summary=outcome.fetch.summary(),
+        tally=outcome.fetch.tally(),
     )
 
 
