@@ -70,7 +70,6 @@ def request() -> SynthesisInput:
     claims = [
         Claim(
             id=f"C{n}",
-            run_id="r1",
             subquestion_id="q1",
             page_id=f"p{source[1:]}",
             page_hash="h",

@@ -185,3 +185,39 @@ def test_a_run_killed_mid_verification_is_resumed_and_marked_crashed(
 def hits(site: LoopbackServer) -> list[dict[str, str]]:
     paths = ["/articles/boiling.html", "/articles/altitude.html", "/articles/tea.html"]
     return [{"url": site.url(path), "title": path, "content": f"result for {path}"} for path in paths]
+
+
+FLOW_IN_MAIN_THREAD = """
+import sys
+from flows.research import research_flow
+research_flow(question=sys.argv[1], settings=dict(arg.split("=", 1) for arg in sys.argv[2:]))
+"""
+
+
+def test_sigterm_ends_a_worker_s_flow_run_process_within_seconds(folder: Path, server: RoleServer) -> None:
+    # A worker runs each flow run in a process whose main thread runs the flow (`python -m prefect.engine`);
+    # Prefect's own SIGTERM handling there waits for the task threads, here a model call that never ends.
+    db = ingested(folder, PAGES, "worker")
+    server.handlers["planner"] = lambda received, n: Reply(content="{}", delay=SLOW)
+    settings = {"db": str(db), "reports": str(folder / "reports"), **models_for(server)}
+    with temporary_server(db) as url:
+        close_stores()
+        run = subprocess.Popen(
+            [sys.executable, "-c", FLOW_IN_MAIN_THREAD, QUESTION, *(f"{k}={v}" for k, v in settings.items())],
+            env=environment(server, PREFECT_API_URL=url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: server.calls["planner"] > 0, run)
+
+        sent = time.monotonic()
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=60)
+        seconds = time.monotonic() - sent
+        [(run_id, status)] = status_of(db).items()
+        state = httpx.get(f"{url}/flow_runs/{run_id}", timeout=30).json()["state"]
+
+    assert run.returncode == 143 and seconds < 5, (seconds, run.stderr.read()[-2000:])
+    assert status == "cancelled"
+    assert (state["type"], state["message"]) == ("CANCELLED", "No report: the run was cancelled (SIGTERM).")
