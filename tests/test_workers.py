@@ -1,10 +1,9 @@
 """Several workers, one Prefect server: model calls bounded across processes by a global concurrency limit
-named after the endpoint, and stages cached by one process reused by another through a shared S3 result
-storage block (moto on loopback), each process with its own PREFECT_HOME."""
+named after the endpoint, and a topic's stages cached by one `prefect worker` of a process work pool reused
+by another through a shared S3 result storage block (moto on loopback), each with its own PREFECT_HOME."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import httpx
 import pytest
 from openai_server import Reply, ScriptedServer
 from prefect_servers import prefect_server
+from role_server import RoleServer
 
 from citeflow.llm.client import limit_name
 
@@ -93,7 +93,7 @@ S3Bucket(bucket_name=sys.argv[2], credentials=credentials, bucket_folder="result
 """
 
 
-def test_a_stage_cached_by_one_process_is_a_cache_hit_in_another(
+def test_a_topic_run_on_another_worker_reuses_the_first_workers_stages(
     prefect: dict[str, str], tmp_path: Path
 ) -> None:
     pytest.importorskip("prefect_aws", reason="prefect-aws is missing: pip install citeflow[scale]")
@@ -101,53 +101,74 @@ def test_a_stage_cached_by_one_process_is_a_cache_hit_in_another(
     from conftest import REPO
     from lake_servers import s3_server
 
-    citeflow = str(Path(sys.executable).parent / "citeflow")
+    bin_dir = Path(sys.executable).parent
+    prefect_cli = str(bin_dir / "prefect")
     db = tmp_path / "store.duckdb"
-    subprocess.run([citeflow, "ingest", "docs", "--db", str(db)], cwd=REPO, env=prefect, check=True)
-    with s3_server("prefect-results") as s3:
+    subprocess.run(
+        [str(bin_dir / "citeflow"), "ingest", "docs", "--db", str(db)], cwd=REPO, env=prefect, check=True
+    )
+    subprocess.run(
+        [prefect_cli, "work-pool", "create", "citeflow", "--type", "process"], env=prefect, check=True
+    )
+    subprocess.run([prefect_cli, "--no-prompt", "deploy", "--all"], cwd=REPO, env=prefect, check=True,
+                   capture_output=True)  # fmt: skip
+    model_requests = []
+    with s3_server("prefect-results") as s3, RoleServer() as model:
         subprocess.run([sys.executable, "-c", RESULTS_BLOCK, s3.endpoint, s3.bucket], env=prefect, check=True)
-        runs = []
-        for worker in ("worker-a", "worker-b"):
+        for worker in ("worker-a", "worker-b"):  # one after the other: the second run lands on worker-b
             home = tmp_path / worker
             home.mkdir()
             env = {
                 **prefect,
                 "PREFECT_HOME": str(home),
                 "PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK": "s3-bucket/citeflow-results",
+                "PREFECT_WORKER_QUERY_SECONDS": "1",
+                "CITEFLOW_DB": str(db),
+                "CITEFLOW_REPORTS": str(home / "reports"),
+                "OPENAI_BASE_URL": model.url,
+                "CITEFLOW_MODEL": "test-model",
+                "OPENAI_API_KEY": "sk-worker-test",
             }
-            run = subprocess.run(
-                [citeflow, "run", "Where does citeflow keep the search index?", "--db", str(db), "--reports",
-                 str(tmp_path / worker), "--json"],
-                cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+            before = len(model.requests)
+            log = (tmp_path / f"{worker}.log").open("w")
+            process = subprocess.Popen(
+                [prefect_cli, "worker", "start", "--pool", "citeflow", "--name", worker],
+                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
-            assert run.returncode == 0, run.stderr[-3000:]
-            runs.append(json.loads(run.stdout)["run_id"])
-            assert not list(home.rglob("storage/*")), "a result was written under this process's PREFECT_HOME"
+            try:
+                subprocess.run(
+                    [prefect_cli, "deployment", "run", "citeflow-research/quote-verification", "--watch",
+                     "--watch-timeout", "240"],
+                    env=prefect, check=True, capture_output=True, timeout=300,
+                )  # fmt: skip
+            finally:
+                process.terminate()
+                process.wait(timeout=30)
+                log.close()
+            assert not list(home.rglob("storage/*")), "a result was written under this worker's PREFECT_HOME"
+            model_requests.append(len(model.requests) - before)
+    assert model_requests[0] > 0 and model_requests[1] == 0, model_requests  # the repeat asked no model
 
-        import boto3
-
-        aws = s3.env()
-        bucket = boto3.client(
-            "s3",
-            endpoint_url=s3.endpoint,
-            aws_access_key_id=aws["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=aws["AWS_SECRET_ACCESS_KEY"],
-            region_name=aws["AWS_REGION"],
+    api_url = prefect["PREFECT_API_URL"]
+    # The flow runs' model calls took slots of the limit named after the endpoint, sized for a local server.
+    limit = httpx.get(f"{api_url}/v2/concurrency_limits/{limit_name(model.url)}", timeout=10)
+    assert limit.status_code == 200 and limit.json()["limit"] == 1, limit.text
+    flow_runs = httpx.post(
+        f"{api_url}/flow_runs/filter",
+        json={"flow_runs": {"tags": {"all_": ["topic:quote-verification"]}}, "sort": "START_TIME_ASC"},
+        timeout=30,
+    ).json()
+    ran = [run for run in flow_runs if run["state"]["type"] != "SCHEDULED"]
+    assert [run["state"]["type"] for run in ran] == ["COMPLETED", "COMPLETED"], [r["state"] for r in ran]
+    states = []
+    for run in ran:
+        tasks = httpx.post(
+            f"{api_url}/task_runs/filter", json={"flow_runs": {"id": {"any_": [run["id"]]}}}, timeout=30
+        ).json()
+        states.append(
+            {task["name"]: task["state"]["name"] for task in tasks if not task["name"].startswith("finish")}
         )
-        objects = bucket.list_objects_v2(Bucket=s3.bucket, Prefix="results/")
-        assert objects.get("KeyCount", 0) > 0  # the results went to the shared bucket
-
-    states = {}
-    for run_id in runs:
-        response = httpx.post(
-            f"{prefect['PREFECT_API_URL']}/task_runs/filter",
-            json={"flow_runs": {"id": {"any_": [run_id]}}},
-            timeout=30,
-        )
-        response.raise_for_status()
-        states[run_id] = {task["name"]: task["state"]["name"] for task in response.json()}
-    first, second = (states[run_id] for run_id in runs)
-    cached_stages = {name: state for name, state in second.items() if not name.startswith("finish")}
-    assert {name.split("-")[0] for name in cached_stages} >= {"plan", "research", "verify", "synthesise"}
-    assert set(cached_stages.values()) == {"Cached"}, second
+    first, second = states
+    assert {name.split("-")[0] for name in second} >= {"plan", "research", "verify", "synthesise"}
+    assert set(second.values()) == {"Cached"}, second
     assert "Cached" not in first.values(), first
