@@ -136,15 +136,17 @@ def test_a_topic_run_on_another_worker_reuses_the_first_workers_stages(
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
             try:
-                subprocess.run(
+                deployment_run = subprocess.run(
                     [prefect_cli, "deployment", "run", "citeflow-research/quote-verification", "--watch",
                      "--watch-timeout", "240"],
-                    env=prefect, check=True, capture_output=True, timeout=300,
+                    env=prefect, capture_output=True, text=True, timeout=300,
                 )  # fmt: skip
             finally:
                 process.terminate()
                 process.wait(timeout=30)
                 log.close()
+            worker_log = (tmp_path / f"{worker}.log").read_text()[-3000:]
+            assert deployment_run.returncode == 0, deployment_run.stdout[-2000:] + worker_log
             assert not list(home.rglob("storage/*")), "a result was written under this worker's PREFECT_HOME"
             model_requests.append(len(model.requests) - before)
     assert model_requests[0] > 0 and model_requests[1] == 0, model_requests  # the repeat asked no model
