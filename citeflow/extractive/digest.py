@@ -11,8 +11,9 @@ page that states it.
 3. Claims that say the same of the same thing with different numbers are not merged: they are a conflict,
    shown side by side.
 4. Findings are chosen by maximal marginal relevance: how much of the evidence a finding covers (its
-   pages) and how close it is to the question, less how much it repeats a finding already chosen; up to
-   `findings_max` findings and `words_max` words.
+   pages) and how close it is to the question, times how much it says beyond the question's own words
+   (a sentence that restates the question is framing, not a finding), less how much it repeats a
+   finding already chosen; up to `findings_max` findings and `words_max` words.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class Item:
     stems: frozenset[str]
     numbers: frozenset[str]
     relevance: float = 0.0
+    # The share of its stems that the question does not hold: what it says beyond restating the question.
+    specificity: float = 1.0
 
 
 @dataclass
@@ -127,7 +130,8 @@ def _items(request: SynthesisInput) -> list[Item]:
         if claim.status is ClaimStatus.verified and claim.source_id in titles and key not in seen:
             seen.add(key)
             claims.append(claim)
-    asked = frozenset(content_stems(request.question)) - _ASKING
+    question = frozenset(content_stems(request.question))
+    asked = question - _ASKING
     # The aspects asked "about" weigh FOCUS_WEIGHT times: the rest of the question (its subject) every
     # page repeats.
     focus = frozenset(stem for text, _ in aspects(request.question) for stem in content_stems(text)) - _ASKING
@@ -157,6 +161,7 @@ def _items(request: SynthesisInput) -> list[Item]:
                 stems=bag,
                 numbers=frozenset(numbers(claim.quote)),
                 relevance=sum(weight.get(stem, 0.0) for stem in bag & asked) / total,
+                specificity=len(bag - question) / len(bag),
             )
         )
     return items
@@ -227,7 +232,8 @@ def select_findings(items: list[Item], findings_max: int, words_max: int) -> lis
     def worth(finding: Finding) -> float:
         # Corroboration (pages, log-scaled) and closeness to the question, each on 0..1.
         pages = math.log(1 + len(finding.pages)) / math.log(1 + most_pages)
-        return PAGES_SHARE * pages + (1 - PAGES_SHARE) * finding.lead.relevance / best_relevance
+        closeness = finding.lead.relevance / best_relevance
+        return (PAGES_SHARE * pages + (1 - PAGES_SHARE) * closeness) * finding.lead.specificity
 
     chosen: list[Finding] = []
     used: set[str] = set()
