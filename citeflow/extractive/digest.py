@@ -75,11 +75,15 @@ class Finding:
 
     lead: Item
     members: list[Item] = field(default_factory=list)
+    # Pages no one claim of which restates the sentence, but whose claims together do (a page may say
+    # a finding over two sentences): they corroborate it, without their claims being merged into it.
+    corroborating: list[str] = field(default_factory=list)
 
     @property
     def pages(self) -> list[str]:
         """The source ids of the independent pages that state it, the lead's first."""
-        return list(dict.fromkeys([self.lead.source_id, *(item.source_id for item in self.members)]))
+        members = [item.source_id for item in self.members]
+        return list(dict.fromkeys([self.lead.source_id, *members, *self.corroborating]))
 
     section_id: str = ""
 
@@ -154,6 +158,8 @@ def _items(request: SynthesisInput) -> list[Item]:
     for claim, bag in zip(claims, bags, strict=True):
         if not bag & asked or claim.page_id not in on_subject:
             continue  # about something else: never evidence for this question
+        if focus and not bag & focus:
+            continue  # about the subject, but none of the aspects asked about
         items.append(
             Item(
                 claim=claim,
@@ -260,7 +266,28 @@ def select_findings(items: list[Item], findings_max: int, words_max: int) -> lis
         chosen.append(Finding(best.lead, members))
         used |= {best.lead.claim.id, *(item.claim.id for item in members)}
         words += length
+    for finding in chosen:
+        finding.corroborating = _corroborating(finding, items, rarity)
     return chosen
+
+
+def _corroborating(finding: Finding, items: list[Item], rarity: dict[str, float]) -> list[str]:
+    """The other pages whose claims together hold MERGE_MIN_SHARE of the finding's sentence's stems, plain
+    and weighted by rarity (what the citation checks need to keep a citation), and each number it gives."""
+    stems: dict[str, set[str]] = {}
+    given: dict[str, set[str]] = {}
+    for item in items:
+        stems.setdefault(item.source_id, set()).update(item.stems)
+        given.setdefault(item.source_id, set()).update(item.numbers)
+    lead = finding.lead
+    return [
+        source
+        for source, held in stems.items()
+        if source not in finding.pages
+        and lead.numbers <= given[source]
+        and _share(frozenset(held), lead.stems) >= MERGE_MIN_SHARE
+        and _weighted_share(frozenset(held), lead.stems, rarity) >= MERGE_MIN_SHARE
+    ]
 
 
 def _aspect_of(finding: Finding, subquestions: list[SubQuestion]) -> str:
