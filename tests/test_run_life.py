@@ -95,6 +95,20 @@ def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str], time
         time.sleep(0.1)
 
 
+def steady(count: Callable[[], int], seconds: float) -> Callable[[], bool]:
+    """A condition true once `count` has not changed for `seconds`."""
+    last, since = count(), time.monotonic()
+
+    def held() -> bool:
+        nonlocal last, since
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+        return time.monotonic() - since >= seconds
+
+    return held
+
+
 def status_of(db: Path) -> dict[str, str]:
     return dict(read_only_query(db, "SELECT run_id, status FROM runs")[1])
 
@@ -158,7 +172,10 @@ def test_a_run_killed_mid_verification_is_resumed_and_marked_crashed(
         )
         first = start(db, server, env, "--search", "searxng", question=WEB_QUESTION)
         wait_for(lambda: server.calls["verifier"] >= 4, first)  # 2 answered, 2 stalled in flight
-        time.sleep(2)  # the answered verifications finish and are cached
+        # Every verification in flight, and the answered ones finished and cached: each call first takes
+        # a slot of the endpoint's Prefect global concurrency limit, and Prefect acquires those one at a
+        # time, so a slow acquisition can hold the last calls back for seconds after the fourth.
+        wait_for(steady(lambda: server.calls["verifier"], seconds=5.0), first)
         children = psutil.Process(first.pid).children(recursive=True)
         fetched, calls = len(web.site.requests), dict(server.calls)
         first.kill()
