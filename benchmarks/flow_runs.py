@@ -196,11 +196,12 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
             researched: list[Researched] = [
                 future.result() for future in [submit(research_task.fn, sub) for sub in subquestions]
             ]
-            for one in researched:
-                record_research(store, run_id, one)
-            pages, found = select_pages(
-                [source for one in researched for source in one.sources], caps.pages_verified_max
-            )
+            sources = [
+                source
+                for sub, one in zip(subquestions, researched, strict=True)
+                for source in record_research(store, run_id, sub.id, one)
+            ]
+            pages, found = select_pages(sources, caps.pages_verified_max)
         by_id = {sub.id: sub for sub in subquestions}
         with clock.stage("verify") as metrics:
             verifying = [
@@ -210,9 +211,7 @@ def direct_run(question: str, settings: dict[str, Any]) -> RunFigures:
             checked: list[list[Claim]] = [
                 run.fallbacks.take(future.result(), reused=False) for future in verifying
             ]
-            store.add_claims(
-                [claim.model_copy(update={"run_id": run_id}) for page in checked for claim in page]
-            )
+            store.add_claims(run_id, [claim for page in checked for claim in page])
             record_degradations(run, metrics, degraded)
             numbered = store.number_sources(run_id)
             claims = store.claims(run_id, ClaimStatus.verified)

@@ -148,8 +148,11 @@ class ClaimDraft(Record):
 
 
 class Claim(Record):
+    """A claim checked against its page. It names no run: a verification is cached and reused by every
+    run that reads the same page for the same sub-question, and the store files it under each run that
+    does (`EvidenceStore.add_claims(run_id, claims)`), as it files sub-questions."""
+
     id: str = Field(description="C1, C2, ... within a run.")
-    run_id: str
     subquestion_id: str
     page_id: str
     page_hash: str = Field(description="content_hash of the page version the quote was checked against.")

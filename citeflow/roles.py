@@ -119,7 +119,7 @@ class Planner(Protocol):
         ...
 
 
-class ClaimExtractor(Protocol):
+class ClaimVerifier(Protocol):
     def extract(self, subquestion: SubQuestion, page: Page, limit: int) -> list[ClaimDraft]:
         """Propose claims from one page, each with the exact supporting quote; `limit` is how many the
         caller will keep (tasks/verifier.py enforces it)."""
@@ -142,19 +142,19 @@ class Critic(Protocol):
 class Engine:
     name: str  # shown in the report: "extractive", or the models that played each role
     planner: Planner
-    extractor: ClaimExtractor
+    verifier: ClaimVerifier
     synthesiser: Synthesiser
     critic: Critic
     # The engine each stage falls back to for one call; None when this engine is that fallback.
     fallback: Engine | None = None
     degradations: DegradationLog = field(default_factory=DegradationLog)
-    # Page text per extractor call: longer pages are read in windows (tasks/verifier.py), at most
+    # Page text per verifier call: longer pages are read in windows (tasks/verifier.py), at most
     # `windows_max` of them. None: the whole page in one call.
     window_chars: int | None = None
     windows_max: int = 1
 
     def fallback_for(self, role: str) -> Engine | None:
-        """The engine to fall back to for `role` ("planner", "extractor", "synthesiser", "critic"): the
+        """The engine to fall back to for `role` ("planner", "verifier", "synthesiser", "critic"): the
         fallback, unless it already plays that role here (a role with no model of its own), when falling
         back, topping up or flooring with it would only repeat the same work and blame a model."""
         if self.fallback is None or getattr(self, role) is getattr(self.fallback, role):

@@ -268,7 +268,6 @@ def verify_drafts(
     drafts: list[ClaimDraft],
     page: Page,
     subquestion_id: str,
-    run_id: str,
     claim_prefix: str,
     min_quote_chars: int,
     support_min: float = Caps().claim_support_min,
@@ -287,7 +286,6 @@ def verify_drafts(
     for number, draft in enumerate(drafts, start=first_number):
         claim = Claim(
             id=f"{claim_prefix}.{number}",
-            run_id=run_id,
             subquestion_id=subquestion_id,
             page_id=page.id,
             page_hash=page.content_hash,

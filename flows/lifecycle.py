@@ -11,7 +11,11 @@ Crashed in Prefect too when its API can be reached.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import os
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -98,6 +102,35 @@ def cancel_runs_of_this_process(db: Path, why: str) -> list[str]:
     cancelled = [run_id for run_id in mine if store.end_run(run_id, RunStatus.cancelled, why)]
     tell_prefect(cancelled, Cancelled(message=why))
     return cancelled
+
+
+@contextmanager
+def cancelled_on_sigterm(db: Path) -> Iterator[None]:
+    """While the block runs, SIGTERM ends this process's run within seconds: marked cancelled in the store
+    and in Prefect, then the process exits 143, without waiting for in-flight model calls or fetches.
+
+    This is for a process whose main thread runs the flow: a worker's flow-run process (`python -m
+    prefect.engine`). Prefect's own handling there waits for the task threads (measured: still Running in
+    Prefect 20 s after SIGTERM, with a model call in flight). `citeflow run` runs the flow in a thread and
+    supervises signals itself (cli/common.py), so off the main thread this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    context = contextvars.copy_context()  # Prefect's settings (the API URL) live in context variables
+
+    def cancel_and_exit() -> None:
+        cancel_runs_of_this_process(db, "No report: the run was cancelled (SIGTERM).")
+        os._exit(128 + signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        # In a thread: the main thread, interrupted here, may hold the store, which the cancel needs.
+        threading.Thread(target=context.run, args=(cancel_and_exit,), name="citeflow-cancel").start()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager

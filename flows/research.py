@@ -4,6 +4,10 @@ This module only composes: each stage is a Prefect task in tasks/ (one module pe
 it reads, and the flow records what its run read and decided (a cached result was computed by another
 run). A stage that fails is recorded in the run's errors and the run goes on; only a run with nothing
 verified ends without a report, and its row says why. flows/lifecycle.py gives every run a final status.
+
+`run_stages` reads as the pipeline: `Stages.plan`, `Stages.first_round`, `Stages.follow_up_round` (each
+round a `RoundResult`: its sub-questions, what research found, the pages verified, the run's evidence
+after it), `Stages.write`, then `finish_task` given one `Finding`.
 """
 
 from __future__ import annotations
@@ -11,9 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
@@ -31,7 +37,9 @@ from citeflow.contracts import (
     Report,
     RunError,
     RunMetrics,
+    RunSource,
     RunStatus,
+    Source,
     StageMetrics,
     SubQuestion,
     SynthesisInput,
@@ -39,7 +47,7 @@ from citeflow.contracts import (
 )
 from citeflow.extractive.kind import caps_for, report_kind
 from citeflow.roles import FALLBACK_STAGE_SUFFIX, Degradation, degradation_caveats
-from flows.lifecycle import owned_run
+from flows.lifecycle import cancelled_on_sigterm, owned_run
 from flows.notifications import notify as tell
 from flows.topics import topic_question
 from storage.store import EvidenceStore, get_store
@@ -142,11 +150,11 @@ def settled(
     return results
 
 
-def research_round(
+def research_pages(
     run: RunContext, subquestions: list[SubQuestion], refresh: bool
-) -> tuple[list[Researched], list[tuple[str, str]], int]:
-    """Search and fetch for each sub-question (mapped tasks), record what was found, and choose the
-    pages to verify: (what each researcher found, (page id, sub-question id) pairs, pages found)."""
+) -> tuple[list[dict[str, Any]], list[RunSource], int]:
+    """Search and fetch for each sub-question (mapped tasks) and record what was found as this run's:
+    (a row of URL counts per sub-question researched, the run's sources, distinct pages found)."""
     logger = get_run_logger()
     researcher = fresh(research_task, refresh).with_options(
         cache_expiration=timedelta(hours=run.settings.web.freshness_hours)
@@ -157,21 +165,22 @@ def research_round(
     completed = [
         sub for sub, future in zip(subquestions, futures, strict=True) if future.state.is_completed()
     ]
-    researched = [one.for_subquestion(sub.id) for sub, one in zip(completed, done, strict=True)]
+    researched = list(zip(completed, done, strict=True))
     with run.store.session():
-        for one in researched:
-            record_research(run.store, run.run_id, one)
-    for one in researched:
-        logger.info("research %s", one.summary)
-    pages, found = select_pages(
-        [source for one in researched for source in one.sources], run.settings.caps.pages_verified_max
-    )
-    return researched, pages, found
+        sources = [
+            source
+            for sub, one in researched
+            for source in record_research(run.store, run.run_id, sub.id, one)
+        ]
+    for sub, one in researched:
+        logger.info("research %s: %s", sub.id, one.tally)
+    counts = [{"subquestion": sub.id, **one.counts} for sub, one in researched]
+    return counts, sources, len({source.page_id for source in sources})
 
 
-def verify_round(
+def verify_pages(
     run: RunContext,
-    by_id: dict[str, SubQuestion],
+    subquestions: list[SubQuestion],
     pages: list[tuple[str, str]],
     first_number: int,
     refresh: bool,
@@ -179,131 +188,188 @@ def verify_round(
     degraded: list[Degradation],
 ) -> None:
     """Verify each chosen page for its sub-question (mapped tasks, claim ids C<first_number>... on) and
-    store the claims, verified and rejected, with the round's fallbacks."""
+    store the claims, verified and rejected, as this run's, with the fallbacks of the calls."""
+    by_id = {sub.id: sub for sub in subquestions}
     verifying = [
         fresh(verify_task, refresh).submit(by_id[subquestion_id], page_id, f"C{n}")
         for n, (page_id, subquestion_id) in enumerate(pages, start=first_number)
     ]
     checked: list[list[Claim]] = settled(run, "verify", verifying, [sub_id for _, sub_id in pages])
-    claims = [claim.model_copy(update={"run_id": run.run_id}) for page in checked for claim in page]
+    claims = [claim for page in checked for claim in page]
     with run.store.session():
-        run.store.add_claims(claims)
+        run.store.add_claims(run.run_id, claims)
         record_degradations(run, metrics, degraded)
     metrics.claims_rejected += sum(claim.status is ClaimStatus.rejected for claim in claims)
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """One research round: its sub-questions researched and their pages verified, and the run's verified
+    evidence once it is done (every round's so far)."""
+
+    subquestions: list[SubQuestion]
+    research: list[dict[str, Any]]  # per sub-question researched: its id and URLs per status
+    pages_found: int  # distinct pages its research found
+    pages: list[tuple[str, str]]  # (page id, sub-question id) pairs it verified, one claim prefix each
+    claims: list[Claim]  # the run's verified claims after this round
+    sources: list[Source]  # the run's sources, numbered, after this round
+
+    @property
+    def pages_verified(self) -> int:
+        return len({page_id for page_id, _ in self.pages})
+
+    def evidence(self, question: str, subquestions: list[SubQuestion]) -> SynthesisInput:
+        """What a role may write or ask from: the run's verified claims and sources after this round."""
+        return SynthesisInput(
+            question=question, subquestions=subquestions, claims=self.claims, sources=self.sources
+        )
+
+
+@dataclass
+class Stages:
+    """The stages of one run in order, with what they share: the run, whether to recompute, each stage's
+    clock and metrics, the fallbacks for the report's caveats, and the progress shown in Prefect."""
+
+    run: RunContext
+    refresh: bool
+    progress: UUID
+    clock: StageClock = field(default_factory=StageClock)
+    degraded: list[Degradation] = field(default_factory=list)
+
+    def plan(self) -> list[SubQuestion]:
+        """The sub-questions; the question itself when the plan task failed past its retries."""
+        with self.clock.stage("plan") as metrics:
+            planned = fresh(plan_task, self.refresh).submit(self.run.question)
+            [subquestions] = settled(self.run, "plan", [planned], [None]) or [[]]
+        if not subquestions:
+            subquestions = [SubQuestion(id="q1", position=0, text=self.run.question, query=self.run.question)]
+        with self.run.store.session():  # each stage's records in one short hold of the store file
+            self.run.store.add_subquestions(self.run.run_id, subquestions)
+            record_degradations(self.run, metrics, self.degraded)
+        get_run_logger().info(
+            "plan: %d sub-questions: %s", len(subquestions), " | ".join(s.text for s in subquestions)
+        )
+        update_progress_artifact(self.progress, 10.0)
+        return subquestions
+
+    def first_round(self, subquestions: list[SubQuestion]) -> RoundResult:
+        """Research the plan's sub-questions, then verify the pages chosen, claim ids from C1."""
+        logger = get_run_logger()
+        with self.clock.stage("research") as metrics:
+            research, sources, found = research_pages(self.run, subquestions, self.refresh)
+            pages, _ = select_pages(sources, self.run.settings.caps.pages_verified_max)
+            metrics.pages = found
+        logger.info("research: %d distinct pages found, %d to verify", found, len({p for p, _ in pages}))
+        update_progress_artifact(self.progress, 35.0)
+        with self.clock.stage("verify") as metrics:
+            verify_pages(self.run, subquestions, pages, 1, self.refresh, metrics, self.degraded)
+            done = self.round_result(subquestions, research, found, pages)
+            metrics.pages = done.pages_verified
+            metrics.claims_verified = len(done.claims)
+        logger.info("verify: %d claims verified, %d rejected", len(done.claims), metrics.claims_rejected)
+        update_progress_artifact(self.progress, 55.0)
+        return done
+
+    def follow_up_round(self, first: RoundResult) -> RoundResult | None:
+        """Follow-up sub-questions about what the first round's verified claims lead to (a bridge entity
+        the question's relation still needs), researched and verified like the first round's, claim ids
+        after its; None when there is nothing to follow."""
+        caps = self.run.settings.caps
+        with self.clock.stage("follow-up") as metrics:
+            followups: list[SubQuestion] = []
+            if first.claims and caps.followups_max:
+                evidence = first.evidence(self.run.question, first.subquestions)
+                asked = fresh(follow_up_task, self.refresh).submit(evidence)
+                [followups] = settled(self.run, "follow-up", [asked], [None]) or [[]]
+            with self.run.store.session():
+                self.run.store.add_subquestions(self.run.run_id, followups)
+                record_degradations(self.run, metrics, self.degraded)
+            if not followups:
+                return None
+            get_run_logger().info("follow-up: %s", " | ".join(s.text for s in followups))
+            research, sources, found = research_pages(self.run, followups, self.refresh)
+            pages, _ = select_pages(sources, caps.pages_verified_max)
+            first_number = len(first.pages) + 1
+            verify_pages(self.run, followups, pages, first_number, self.refresh, metrics, self.degraded)
+            done = self.round_result(followups, research, found, pages)
+            metrics.pages = len(pages)
+            metrics.claims_verified = len(done.claims) - len(first.claims)
+        return done
+
+    def round_result(
+        self,
+        subquestions: list[SubQuestion],
+        research: list[dict[str, Any]],
+        pages_found: int,
+        pages: list[tuple[str, str]],
+    ) -> RoundResult:
+        with self.run.store.session():
+            sources = self.run.store.number_sources(self.run.run_id)
+            claims = self.run.store.claims(self.run.run_id, ClaimStatus.verified)
+        return RoundResult(subquestions, research, pages_found, pages, claims, sources)
+
+    def write(self, evidence: SynthesisInput) -> Review | None:
+        """The report's sentences, drafted, checked and critiqued; None when nothing was verified."""
+        review: Review | None = None
+        with self.clock.stage("write") as metrics:
+            if evidence.claims:
+                caps, budget = self.run.settings.caps, self.run.models.budget
+                review = write_report(
+                    TaskSteps(self.refresh), evidence, caps.revisions_max, budget.may_start_revision
+                )
+                with self.run.store.session():
+                    record_degradations(self.run, metrics, self.degraded)
+                metrics.sentences_removed = len(review.removed)
+                get_run_logger().info(
+                    "write: %d sentences kept, %d removed, %d revisions",
+                    len(review.kept),
+                    len(review.removed),
+                    review.revisions,
+                )
+        update_progress_artifact(self.progress, 90.0)
+        return review
 
 
 def run_stages(run: RunContext, artifact_key: str, refresh: bool) -> tuple[Report, Changes | None]:
     """The stages in order; the report, and for a recurring topic what changed since its last run."""
     started = time.perf_counter()
-    logger = get_run_logger()
-    store, run_id, caps = run.store, run.run_id, run.settings.caps
     progress = create_progress_artifact(
-        progress=0.0, key=f"progress-{artifact_key}", description=f"Run {run_id}"
+        progress=0.0, key=f"progress-{artifact_key}", description=f"Run {run.run_id}"
     )
-    clock = StageClock()
-    degraded: list[Degradation] = []
+    stages = Stages(run, refresh, progress)
 
-    with clock.stage("plan") as metrics:
-        plan_future = fresh(plan_task, refresh).submit(run.question)
-        [subquestions] = settled(run, "plan", [plan_future], [None]) or [[]]
-    if not subquestions:  # the plan task failed past its retries: the question itself is researched
-        subquestions = [SubQuestion(id="q1", position=0, text=run.question, query=run.question)]
-    with store.session():  # each stage's records in one short hold of the store file
-        store.add_subquestions(run_id, subquestions)
-        record_degradations(run, metrics, degraded)
-    logger.info("plan: %d sub-questions: %s", len(subquestions), " | ".join(s.text for s in subquestions))
-    update_progress_artifact(progress, 10.0)
-
-    with clock.stage("research") as metrics:
-        researched, pages, pages_found = research_round(run, subquestions, refresh)
-        metrics.pages = pages_found
-    pages_verified = len({page_id for page_id, _ in pages})
-    logger.info("research: %d distinct pages found, %d to verify", pages_found, pages_verified)
-    update_progress_artifact(progress, 35.0)
-
-    by_id = {sub.id: sub for sub in subquestions}
-    with clock.stage("verify") as metrics:
-        verify_round(run, by_id, pages, 1, refresh, metrics, degraded)
-        with store.session():
-            numbered = store.number_sources(run_id)
-            claims = store.claims(run_id, ClaimStatus.verified)
-        metrics.pages = pages_verified
-        metrics.claims_verified = len(claims)
-    logger.info("verify: %d claims verified, %d rejected", metrics.claims_verified, metrics.claims_rejected)
-    update_progress_artifact(progress, 55.0)
-
-    # Second round: follow-up sub-questions about what the verified claims lead to (a bridge entity the
-    # question's relation still needs), researched and verified like the first round's.
-    with clock.stage("follow-up") as metrics:
-        followups: list[SubQuestion] = []
-        if claims and caps.followups_max:
-            evidence = SynthesisInput(
-                question=run.question, subquestions=subquestions, claims=claims, sources=numbered
-            )
-            asked = fresh(follow_up_task, refresh).submit(evidence)
-            [followups] = settled(run, "follow-up", [asked], [None]) or [[]]
-        with store.session():
-            store.add_subquestions(run_id, followups)
-            record_degradations(run, metrics, degraded)
-        if followups:
-            logger.info("follow-up: %s", " | ".join(s.text for s in followups))
-            more_researched, more, found_more = research_round(run, followups, refresh)
-            researched += more_researched
-            by_id |= {sub.id: sub for sub in followups}
-            first_round = len(claims)
-            verify_round(run, by_id, more, len(pages) + 1, refresh, metrics, degraded)
-            subquestions = [*subquestions, *followups]
-            with store.session():
-                numbered = store.number_sources(run_id)
-                claims = store.claims(run_id, ClaimStatus.verified)
-            pages_found += found_more
-            pages_verified += len({page_id for page_id, _ in more})
-            metrics.pages = len(more)
-            metrics.claims_verified = len(claims) - first_round
+    planned = stages.plan()
+    rounds = [stages.first_round(planned)]
+    if (second := stages.follow_up_round(rounds[0])) is not None:
+        rounds.append(second)
     create_table_artifact(
-        table=[{"subquestion": one.subquestion_id, **one.counts} for one in researched],
+        table=[row for one in rounds for row in one.research],
         key=f"research-{artifact_key}",
-        description=f"Pages fetched, read from the store, skipped and failed per sub-question, run {run_id}",
+        description="Pages fetched, read from the store, skipped and failed per sub-question, "
+        f"run {run.run_id}",
     )
     update_progress_artifact(progress, 70.0)
+    subquestions = [sub for one in rounds for sub in one.subquestions]
+    last = rounds[-1]
+    review = stages.write(last.evidence(run.question, subquestions))
 
-    review: Review | None = None
-    with clock.stage("write") as metrics:
-        if claims:
-            request = SynthesisInput(
-                question=run.question, subquestions=subquestions, claims=claims, sources=numbered
-            )
-            review = write_report(
-                TaskSteps(refresh), request, caps.revisions_max, run.models.budget.may_start_revision
-            )
-            with store.session():
-                record_degradations(run, metrics, degraded)
-            metrics.sentences_removed = len(review.removed)
-            logger.info(
-                "write: %d sentences kept, %d removed, %d revisions",
-                len(review.kept),
-                len(review.removed),
-                review.revisions,
-            )
-    update_progress_artifact(progress, 90.0)
-
-    with store.session():
-        changes = changes_since_last_run(store, run.topic, run_id, claims) if run.topic else None
-        metrics_now = run_metrics(store, run_id, clock, started)
+    with run.store.session():
+        changes = changes_since_last_run(run.store, run.topic, run.run_id, last.claims) if run.topic else None
+        metrics = run_metrics(run.store, run.run_id, stages.clock, started)
     found = Finding(
         subquestions=subquestions,
         review=review,
-        sources=numbered,
-        claims=claims,
-        pages_found=pages_found,
-        pages_verified=pages_verified,
-        metrics=metrics_now,
+        sources=last.sources,
+        claims=last.claims,
+        pages_found=sum(one.pages_found for one in rounds),
+        pages_verified=sum(one.pages_verified for one in rounds),
+        metrics=metrics,
         changes=changes,
-        fallback_caveats=degradation_caveats(degraded),
+        fallback_caveats=degradation_caveats(stages.degraded),
     )
     report = finish_task(found, artifact_key)
     update_progress_artifact(progress, 100.0)
-    logger.info("finish: %s report at %s", report.status.value, report.report_path)
+    get_run_logger().info("finish: %s report at %s", report.status.value, report.report_path)
     return report, changes
 
 
@@ -384,6 +450,7 @@ def research_flow(
     with (
         open_run_context(run_id, question, settings, store, topic) as run,
         owned_run(store, run_id, question, settings, run.engine.name, topic),
+        cancelled_on_sigterm(Path(settings.db)),
     ):
         try:
             report, changes = run_stages(run, topic or slug(question), refresh)

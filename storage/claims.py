@@ -19,8 +19,8 @@ def _natural_key(identifier: str) -> tuple[str, int, str]:
     return (match.group(1), int(match.group(2)), identifier)
 
 
-def add(cur: duckdb.DuckDBPyConnection, claims: list[Claim]) -> None:
-    insert(cur, "claims", claims)
+def add(cur: duckdb.DuckDBPyConnection, run_id: str, claims: list[Claim]) -> None:
+    insert(cur, "claims", claims, run_id=run_id)
 
 
 def of_run(cur: duckdb.DuckDBPyConnection, run_id: str, status: ClaimStatus | None) -> list[Claim]:

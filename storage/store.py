@@ -388,8 +388,9 @@ class EvidenceStore:
 
     # -- claims, sources and report sentences -------------------------------------------------------
 
-    def add_claims(self, claims: list[Claim]) -> None:
-        self.write(lambda cur: claims_table.add(cur, claims))
+    def add_claims(self, run_id: str, claims: list[Claim]) -> None:
+        """The claims a run checked, filed under the run (a claim reused from the cache names none)."""
+        self.write(lambda cur: claims_table.add(cur, run_id, claims))
 
     def claims(self, run_id: str, status: ClaimStatus | None = None) -> list[Claim]:
         """The run's claims, C1, C2, ... C10 in natural order; only those with `status` if given."""

@@ -43,7 +43,6 @@ from prefect.context import TaskRunContext
 from prefect.transactions import get_transaction
 
 from citeflow.config import Settings
-from citeflow.contracts import SynthesisInput
 from citeflow.llm.client import public_url
 from citeflow.llm.settings import RoleName
 from citeflow.roles import Degradation, DegradationLog
@@ -129,12 +128,6 @@ def role_identity(settings: Settings, role: RoleName) -> str:
         return "extractive"
     generation = config.model_dump(mode="json", exclude=_NOT_IDENTITY)
     return json.dumps({"endpoint": public_url(config.base_url), **generation}, sort_keys=True)
-
-
-def evidence_parts(request: SynthesisInput) -> dict[str, Any]:
-    """What a role is shown of verified evidence, for a cache key: the run id each claim carries (the run
-    that computed it) is not part of it."""
-    return request.model_dump(mode="json", exclude={"claims": {"__all__": {"run_id"}}})
 
 
 def digest(*parts: Any) -> str:

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 
 from citeflow.config import Settings
 from citeflow.extractive import extractive_engine
+from citeflow.llm.client import EndpointPool
 from citeflow.llm.roles import ModelEngine, build_engine
 from citeflow.roles import Engine
 from citeflow.web.research import WebResearch, open_research
 from storage.search import LocalSearch
 from storage.store import EvidenceStore
 from tasks.caching import Fallbacks
+from tasks.endpoint_limits import endpoint_slot
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,15 @@ def open_run_context(
 ) -> Iterator[RunContext]:
     """Build the run's clients from its settings, make them current, and close them when the run ends."""
     caps = settings.caps
+    model_settings = settings.model_settings()
     models = build_engine(
-        settings.model_settings(),
+        model_settings,
         store,
         run_id,
         caps=caps,
         fallback=extractive_engine(caps.subquestions_min, caps.report_findings_max, caps.report_words_max),
+        # Calls to one endpoint are bounded across every process on the Prefect server, not only this one.
+        pool=EndpointPool(model_settings.limits, shared=endpoint_slot),
     )
     web = open_research(run_id, settings.search, settings.web, store.latest_page, LocalSearch(store))
     context = RunContext(run_id, question, settings, store, web, models, topic)

@@ -18,7 +18,7 @@ from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
 from citeflow.roles import Engine
 from citeflow.text import content_stems, normalise
-from tasks.caching import Computed, StageKey, cached_unless_transient, evidence_parts, role_identity
+from tasks.caching import Computed, StageKey, cached_unless_transient, role_identity
 from tasks.context import current_run
 from tasks.retries import not_rejected
 from tasks.tracing import Step, traced
@@ -194,11 +194,11 @@ def follow_up(engine: Engine, evidence: SynthesisInput, limit: int, step: Step) 
 
 
 def _follow_up_key(inputs: dict[str, Any]) -> list[Any]:
-    """What the planner is shown (evidence_parts), who plays it and the limit."""
+    """The evidence the planner is shown, who plays it and the limit."""
     settings = current_run().settings
     evidence: SynthesisInput = inputs["evidence"]
     return [
-        evidence_parts(evidence),
+        evidence,
         role_identity(settings, RoleName.planner),
         settings.caps.followups_max,
     ]

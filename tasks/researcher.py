@@ -1,8 +1,8 @@
 """Research one sub-question: search, fetch or read each result once, and store the pages found.
 
 The task only finds and stores pages (a page is stored once, keyed by its content, whichever run found
-it); what the run read is recorded by `record_research` in the flow, so a cached result is recorded for
-the run that reuses it just as a fresh one is.
+it) and returns them with no run or sub-question id; what the run read is recorded by `record_research`
+in the flow, so a cached result is recorded for the run that reuses it just as a fresh one is.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from citeflow.contracts import Outcome, RunError, RunSource, SearchResult, SubQuestion
 from citeflow.web.providers import provider_chain
-from citeflow.web.research import WebResearch
+from citeflow.web.research import STAGE, WebResearch
 from storage.search import index_state
 from storage.store import EvidenceStore
 from tasks.caching import StageKey
@@ -23,28 +23,29 @@ from tasks.context import current_run
 from tasks.tracing import traced
 
 
-class Researched(BaseModel):
-    """What one sub-question's research produced: the pages read, and a line a person can follow."""
+class FoundPage(BaseModel):
+    """A page research found for a query (its store id, who found it, at which rank): a run records it
+    as a `RunSource` of one of its sub-questions."""
 
     model_config = ConfigDict(extra="forbid")
 
-    subquestion_id: str
-    results: list[SearchResult]
-    sources: list[RunSource]
-    errors: list[RunError]
-    counts: dict[str, int]  # URLs per status: fetched, stored, shared, skipped, failed
-    summary: str
+    page_id: str
+    provider: str
+    rank: int
 
-    def for_subquestion(self, subquestion_id: str) -> Researched:
-        """The same research under this run's sub-question id: a result cached by query may have been
-        computed for a sub-question another run numbered differently."""
-        return self.model_copy(
-            update={
-                "subquestion_id": subquestion_id,
-                "sources": [s.model_copy(update={"subquestion_id": subquestion_id}) for s in self.sources],
-                "errors": [e.model_copy(update={"subquestion_id": subquestion_id}) for e in self.errors],
-            }
-        )
+
+class Researched(BaseModel):
+    """What one query's research produced: the pages read, with the URLs per outcome. It names no
+    run and no sub-question: a result cached by query is reused by runs that number their sub-questions
+    differently, and `record_research` files it under the run and sub-question that read it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    results: list[SearchResult]
+    pages: list[FoundPage]
+    failures: list[str]  # provider failures, skipped and failed URLs, one line each
+    counts: dict[str, int]  # URLs per status: fetched, stored, shared, skipped, failed
+    tally: str  # a line a person can follow: URLs fetched, from the store, skipped, failed
 
 
 def research(
@@ -56,45 +57,44 @@ def research(
     page_text_max_chars: int,
 ) -> Researched:
     """Search with the sub-question's query (at most `limit` results, whatever the provider returns),
-    store fetched pages, and return the run sources, best first, with every failure."""
+    store fetched pages, and return the pages found, best first, with every failure."""
     with traced(store, run_id, "research", web.searcher.name, subquestion.id) as step:
         outcome = web.research(subquestion, limit)
         step.actor = outcome.provider  # the provider that answered, not the whole fallback chain
         step.detail = outcome.fetch.summary()
         if outcome.errors:
             step.outcome = Outcome.degraded
-    sources = []
+    pages = []
     with store.session():  # the pages found, stored in one hold of the file, after the network is done
         for item in outcome.fetch.items[:limit]:
             page = store.put_page(item.page, page_text_max_chars)[0] if item.page else item.stored
             if page is None:
                 continue
-            sources.append(
-                RunSource(
-                    run_id=run_id,
-                    subquestion_id=subquestion.id,
-                    page_id=page.id,
-                    provider=item.result.provider,
-                    rank=item.result.rank,
-                )
-            )
+            pages.append(FoundPage(page_id=page.id, provider=item.result.provider, rank=item.result.rank))
     return Researched(
-        subquestion_id=subquestion.id,
         results=outcome.results[:limit],
-        sources=sources,
-        errors=outcome.errors,
+        pages=pages,
+        failures=[error.detail for error in outcome.errors],
         counts=outcome.fetch.counts(),
-        summary=outcome.fetch.summary(),
+        tally=outcome.fetch.tally(),
     )
 
 
-def record_research(store: EvidenceStore, run_id: str, researched: Researched) -> None:
-    """What the run read for one sub-question, as this run's rows (a cached result names another run)."""
-    store.add_search_results(run_id, researched.subquestion_id, researched.results)
-    for error in researched.errors:
-        store.add_error(error.model_copy(update={"run_id": run_id}))
-    for source in researched.sources:
-        store.add_run_source(source.model_copy(update={"run_id": run_id}))
+def record_research(
+    store: EvidenceStore, run_id: str, subquestion_id: str, researched: Researched
+) -> list[RunSource]:
+    """What the run read for one sub-question, as this run's rows, computed now or reused from the cache
+    alike; returns the run's sources."""
+    store.add_search_results(run_id, subquestion_id, researched.results)
+    for detail in researched.failures:
+        store.add_error(RunError(run_id=run_id, stage=STAGE, subquestion_id=subquestion_id, detail=detail))
+    sources = [
+        RunSource(run_id=run_id, subquestion_id=subquestion_id, **page.model_dump())
+        for page in researched.pages
+    ]
+    for source in sources:
+        store.add_run_source(source)
+    return sources
 
 
 def _research_key(inputs: dict[str, Any]) -> list[Any]:

@@ -3,9 +3,9 @@ they say what it says (citeflow/verify.py).
 
 A model is asked about a page only when the page shares words with the sub-question (`about`).
 A page longer than the engine's window is read in windows, the most relevant to the sub-question
-first, until the claims cap is reached. The cap is filled with the extractor's verified claims first,
-then the fallback extractor's (the extractive engine's): a model that keeps one sentence of a page does
-not cost the page's other evidence. When the extractor's reply is unusable, or none of its claims
+first, until the claims cap is reached. The cap is filled with the verifier's verified claims first,
+then the fallback verifier's (the extractive engine's): a model that keeps one sentence of a page does
+not cost the page's other evidence. When the verifier's reply is unusable, or none of its claims
 passes the checks, the page is the fallback's alone, and the run records the degradation: one bad
 reply costs that page's model claims, never the page.
 """
@@ -20,7 +20,7 @@ from prefect import task
 from citeflow.contracts import Claim, ClaimDraft, ClaimStatus, Outcome, Page, RunSource, SubQuestion
 from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
-from citeflow.roles import ClaimExtractor, Engine
+from citeflow.roles import ClaimVerifier, Engine
 from citeflow.text import content_stems, normalise, split_sentences
 from citeflow.verify import verify_drafts
 from tasks.caching import Computed, StageKey, cached_unless_transient, role_identity
@@ -29,7 +29,7 @@ from tasks.retries import not_rejected
 from tasks.tracing import Step, traced
 
 # A page must share this many content words with its sub-question before a model is asked about it
-# (the extractive extractor asks the same of its query): on hotpotqa-100, 5 of 11 pages a model
+# (the extractive verifier asks the same of its query): on hotpotqa-100, 5 of 11 pages a model
 # verifier read for one question were found on a single stray word, at about 90 s a page on a CPU.
 PAGE_MIN_SHARED_STEMS = 2
 
@@ -88,13 +88,13 @@ def about(subquestion: SubQuestion, page: Page) -> bool:
 
 
 def propose(
-    extractor: ClaimExtractor, subquestion: SubQuestion, page: Page, limit: int, windows: list[str]
+    verifier: ClaimVerifier, subquestion: SubQuestion, page: Page, limit: int, windows: list[str]
 ) -> list[ClaimDraft]:
     """Up to `limit` drafts, window by window until the limit is reached."""
     drafts: list[ClaimDraft] = []
     for window in windows:
         shown = page if window == page.text else page.model_copy(update={"text": window})
-        drafts += extractor.extract(subquestion, shown, limit - len(drafts))[: limit - len(drafts)]
+        drafts += verifier.extract(subquestion, shown, limit - len(drafts))[: limit - len(drafts)]
         if len(drafts) >= limit:
             break
     return drafts
@@ -116,7 +116,6 @@ def _why_none_verified(drafts: list[ClaimDraft], claims: list[Claim]) -> tuple[s
 
 def verify_page(
     engine: Engine,
-    run_id: str,
     subquestion: SubQuestion,
     page: Page,
     claim_prefix: str,
@@ -134,22 +133,21 @@ def verify_page(
             drafts,
             page,
             subquestion_id=subquestion.id,
-            run_id=run_id,
             claim_prefix=claim_prefix,
             min_quote_chars=quote_min_chars,
             support_min=support_min,
             first_number=first,
         )
 
-    fallback = engine.fallback_for("extractor")
+    fallback = engine.fallback_for("verifier")
     if fallback is not None and not about(subquestion, page):
-        # Not worth a model call; the extractive extractor, which costs none, reads it as it would alone.
+        # Not worth a model call; the extractive verifier, which costs none, reads it as it would alone.
         step.detail = f"page {page.id}: not about the sub-question, so no model was asked"
-        return checked(fallback.extractor.extract(subquestion, page, claims_per_page), 1)
+        return checked(fallback.verifier.extract(subquestion, page, claims_per_page), 1)
     windows = page_windows(page.text, engine.window_chars, subquestion.query, engine.windows_max)
     failure: DegradableError | None = None
     try:
-        drafts = propose(engine.extractor, subquestion, page, claims_per_page, windows)
+        drafts = propose(engine.verifier, subquestion, page, claims_per_page, windows)
     except DegradableError as error:
         drafts, failure = [], error
     claims = checked(drafts, 1)
@@ -160,13 +158,13 @@ def verify_page(
     )
     if fallback is None:
         return claims
-    # The extractive extractor's claims come beside the model's (each proposer within the claims cap),
+    # The extractive verifier's claims come beside the model's (each proposer within the claims cap),
     # those repeating a verified model quote left out: the model path keeps the evidence the extractive
     # engine alone would have found on this page.
     have = [normalise(c.quote).casefold() for c in claims if c.status is ClaimStatus.verified]
     extra = [
         draft
-        for draft in fallback.extractor.extract(subquestion, page, claims_per_page)
+        for draft in fallback.verifier.extract(subquestion, page, claims_per_page)
         if not any(_overlaps(normalise(draft.quote).casefold(), quote) for quote in have)
     ][:claims_per_page]
     added = checked(extra, len(claims) + 1)
@@ -180,8 +178,8 @@ def verify_page(
         engine.degradations.add(
             "verifier",
             page.url,
-            f"page {page.id}: {reason}; the extractive extractor verified {kept} claim(s)",
-            f"The verifier model's claims for a page {why}; the extractive extractor read the page.",
+            f"page {page.id}: {reason}; the extractive verifier verified {kept} claim(s)",
+            f"The verifier model's claims for a page {why}; the extractive verifier read the page.",
             transient=failure is not None and failure.transient,
         )
         step.outcome = Outcome.degraded
@@ -217,8 +215,8 @@ def _verify_key(inputs: dict[str, Any]) -> list[Any]:
     cache_policy=StageKey(stage="verify", parts=_verify_key),
 )
 def verify_task(subquestion: SubQuestion, page_id: str, claim_prefix: str) -> Computed[list[Claim]]:
-    """Every claim proposed from the page, checked, with the fallbacks of its calls. The flow stores
-    them for its run (a cached result carries the run id of the run that computed it)."""
+    """Every claim proposed from the page, checked, with the fallbacks of its calls. The claims name no
+    run: the flow files them under its own, whether it computed them or reused them from the cache."""
     run = current_run()
     caps = run.settings.caps
     page = run.store.get_page(page_id)
@@ -228,7 +226,6 @@ def verify_task(subquestion: SubQuestion, page_id: str, claim_prefix: str) -> Co
     ):
         claims = verify_page(
             run.engine,
-            run.run_id,
             subquestion,
             page,
             claim_prefix,

@@ -29,7 +29,7 @@ from citeflow.llm.errors import DegradableError
 from citeflow.llm.settings import RoleName
 from citeflow.roles import Engine
 from citeflow.verify import content_support
-from tasks.caching import Computed, StageKey, cached_unless_transient, evidence_parts, fresh, role_identity
+from tasks.caching import Computed, StageKey, cached_unless_transient, fresh, role_identity
 from tasks.context import current_run
 from tasks.retries import not_rejected
 from tasks.tracing import traced
@@ -240,12 +240,12 @@ def with_extractive_floor(engine: Engine, request: SynthesisInput, draft: Draft)
 
 
 def _synthesise_key(inputs: dict[str, Any]) -> list[Any]:
-    return [evidence_parts(inputs["request"]), role_identity(current_run().settings, RoleName.synthesiser)]
+    return [inputs["request"], role_identity(current_run().settings, RoleName.synthesiser)]
 
 
 def _critique_key(inputs: dict[str, Any]) -> list[Any]:
     return [
-        evidence_parts(inputs["request"]),
+        inputs["request"],
         inputs["draft"],
         role_identity(current_run().settings, RoleName.critic),
     ]

@@ -59,7 +59,6 @@ def main(location: str, tag: str, shared: int, own: int) -> None:
         claims.append(
             Claim(
                 id=f"C{rank}",
-                run_id=tag,
                 subquestion_id="Q1",
                 page_id=item.id,
                 page_hash=item.content_hash,
@@ -70,7 +69,7 @@ def main(location: str, tag: str, shared: int, own: int) -> None:
                 status=ClaimStatus.verified,
             )
         )
-    store.add_claims(claims)
+    store.add_claims(tag, claims)
     store.number_sources(tag)
     store.finish_run(tag, RunStatus.complete, "report", None, RunMetrics())
     print("done", flush=True)

@@ -31,7 +31,6 @@ def page(source_id: str, title: str, *sentences: str, subquestion: str = "q1") -
         claims.append(
             Claim(
                 id=f"C{source_id[1:]}.{n}",
-                run_id="r",
                 subquestion_id=subquestion,
                 page_id=source.page_id,
                 page_hash="h",

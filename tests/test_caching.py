@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,42 @@ def test_stages_computing_their_code_versions_at_once_get_the_serial_answers() -
     with ThreadPoolExecutor(len(stages)) as pool:
         concurrent = dict(zip(stages, pool.map(caching.code_version, stages), strict=True))
     assert concurrent == serial
+
+
+def cached_results_since(started: float) -> list[Any]:
+    """The values of every stage result cached since `started` (epoch seconds), read back as Prefect reads
+    them from its result storage."""
+    from prefect._internal.result_records import ResultRecord
+    from prefect.settings import get_current_settings
+
+    folder = Path(get_current_settings().results.local_storage_path)
+    return [
+        ResultRecord.deserialize(path.read_bytes()).result
+        for path in folder.glob("citeflow-*")
+        if path.stat().st_mtime >= started
+    ]
+
+
+def test_two_runs_sharing_cached_stages_each_record_their_own_run_ids(
+    prefect_api: None, server: RoleServer, tmp_path: Path
+) -> None:
+    db = ingested(tmp_path, PAGES)
+    started = time.time()
+    first = run(server, db, tmp_path)
+    second, calls = calls_during(server, lambda: run(server, db, tmp_path))
+    assert calls == {}  # every stage of the second run was reused from the first
+
+    # What is cached is what a stage computed: no result names the run that computed it.
+    results = cached_results_since(started)
+    assert results  # plan, research, verify, follow-up, synthesise and critique results
+    assert not [result for result in results if first.run_id in repr(result)]
+
+    # Each run's rows carry its own id: the reused claims, pages read and search results are the second
+    # run's as much as the computed ones are the first's.
+    store = get_store(db)
+    for table in ("claims", "run_sources", "search_results", "subquestions"):
+        rows = dict(store.query(f"SELECT run_id, count(*) FROM {table} GROUP BY run_id")[1])
+        assert rows.get(first.run_id, 0) == rows.get(second.run_id, 0) > 0, table
+    assert [c.model_dump() for c in store.claims(second.run_id)] == [
+        c.model_dump() for c in store.claims(first.run_id)
+    ]

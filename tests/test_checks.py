@@ -28,7 +28,6 @@ def claim(
 ) -> Claim:
     return Claim(
         id=claim_id,
-        run_id="run-1",
         subquestion_id="q1",
         page_id="p1",
         page_hash="h",

@@ -72,7 +72,6 @@ def request() -> SynthesisInput:
     claims = [
         Claim(
             id=f"C{n}",
-            run_id="r1",
             subquestion_id="q1",
             page_id=f"p{source[1:]}",
             page_hash="h",
@@ -220,3 +219,27 @@ def test_the_digest_prompt_fits_a_small_context_window(server: ScriptedServer) -
     (prompt,) = server.requests
     shown = re.findall(r"^F\d+ \(", prompt.prompt, re.MULTILINE)
     assert 0 < len(shown) < 24 and len(prompt.prompt) < (1024 - 256) * 4
+
+
+def test_a_claim_that_restates_the_question_is_framing_not_a_finding() -> None:
+    framing = [
+        ("S8", "Sources report on the Harbour strike and its effects on the port."),
+        ("S9", "Reports on the Harbour strike describe its effects on the port."),
+    ]
+    base = request()
+    extra = [
+        base.claims[0].model_copy(update={"id": f"F{n}", "page_id": f"p{source[1:]}", "source_id": source,
+                                 "text": quote, "quote": quote})
+        for n, (source, quote) in enumerate(framing)
+    ]  # fmt: skip
+    sources = [
+        Source(
+            id=s, page_id=f"p{s[1:]}", url=f"https://example.org/{s[1:]}", title="Port news", stored_at=READ
+        )
+        for s, _ in framing
+    ]
+    widened = base.model_copy(update={"claims": base.claims + extra, "sources": base.sources + sources})
+    found = digest(widened, findings_max=2, words_max=400)
+    chosen = [finding.lead.claim.quote for finding in found.opening + found.grouped]
+    assert not any(quote in chosen for _, quote in framing)
+    assert any("nine days" in quote for quote in chosen)

@@ -111,7 +111,6 @@ def report_for(store: EvidenceStore, run_id: str) -> Report:
     claims = [
         Claim(
             id=f"C{n}",
-            run_id=run_id,
             subquestion_id="q1",
             page_id=page.id,
             page_hash=page.content_hash,
@@ -130,7 +129,7 @@ def report_for(store: EvidenceStore, run_id: str) -> Report:
             start=1,
         )
     ]
-    store.add_claims(claims)
+    store.add_claims(run_id, claims)
     read = datetime(2024, 1, 1, tzinfo=UTC)
     return Report(
         run_id=run_id,

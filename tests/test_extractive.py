@@ -1,4 +1,4 @@
-"""The extractive engine: planner on the real evaluation questions, extractor, synthesiser, critic."""
+"""The extractive engine: planner on the real evaluation questions, verifier, synthesiser, critic."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from citeflow.contracts import (
     SubQuestion,
     SynthesisInput,
 )
-from citeflow.extractive import ExtractiveExtractor, ExtractivePlanner, extractive_engine
+from citeflow.extractive import ExtractivePlanner, ExtractiveVerifier, extractive_engine
 from citeflow.extractive.question import key_phrases, name_spans
 from citeflow.text import content_words, normalise
 from citeflow.verify import verify_drafts
@@ -236,11 +236,11 @@ HELEN_HUNT = make_page(
 )
 
 
-def test_extractor_picks_the_gold_like_sentence_first() -> None:
+def test_verifier_picks_the_gold_like_sentence_first() -> None:
     subquestion = SubQuestion(
         id="q2", position=1, text="?", query="actress who starred in what for seven years"
     )
-    drafts = ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 2)
+    drafts = ExtractiveVerifier().extract(subquestion, HELEN_HUNT, 2)
     assert [draft.text for draft in drafts] == [
         'She starred in the sitcom "Mad About You" for seven years.',
         "Helen Elizabeth Hunt (born June 15, 1963) is an American actress, director, and screenwriter.",
@@ -248,14 +248,14 @@ def test_extractor_picks_the_gold_like_sentence_first() -> None:
     assert all(draft.quote == draft.text and draft.quote in HELEN_HUNT.text for draft in drafts)
 
 
-def test_extractor_respects_the_limit_skips_fragments_and_quotes_verbatim() -> None:
+def test_verifier_respects_the_limit_skips_fragments_and_quotes_verbatim() -> None:
     subquestion = SubQuestion(id="q1", position=0, text="?", query="Helen Hunt film roles")
-    drafts = ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 10)
+    drafts = ExtractiveVerifier().extract(subquestion, HELEN_HUNT, 10)
     assert len(drafts) == 4
     assert "Ok." not in [draft.text for draft in drafts]
-    claims = verify_drafts(drafts, HELEN_HUNT, "q1", "run", "C1", 20)
+    claims = verify_drafts(drafts, HELEN_HUNT, "q1", "C1", 20)
     assert all(claim.status is ClaimStatus.verified for claim in claims)
-    [best] = ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 1)
+    [best] = ExtractiveVerifier().extract(subquestion, HELEN_HUNT, 1)
     assert best.text == "Hunt had a number of early roles in film and on television."
 
 
@@ -276,34 +276,34 @@ MARKDOWN = make_page(
 )
 
 
-def test_extractor_proposes_prose_only_from_a_markdown_page() -> None:
+def test_verifier_proposes_prose_only_from_a_markdown_page() -> None:
     subquestion = SubQuestion(id="q1", position=0, text="?", query="quote check page")
-    drafts = ExtractiveExtractor().extract(subquestion, MARKDOWN, 10)
+    drafts = ExtractiveVerifier().extract(subquestion, MARKDOWN, 10)
     # Headings, fenced code, table rows and the list of field names all share the query's words;
     # none is a claim. The list item is quoted without its marker.
     assert [draft.quote for draft in drafts] == [
         "A claim is kept only if its quote is found in the stored text of the page.",
         "A quote shorter than twenty characters is rejected by the check.",
     ]
-    claims = verify_drafts(drafts, MARKDOWN, "q1", "run", "C1", 20)
+    claims = verify_drafts(drafts, MARKDOWN, "q1", "C1", 20)
     assert all(claim.status is ClaimStatus.verified for claim in claims)
     assert all(MARKDOWN.text[claim.quote_start : claim.quote_end] == claim.quote for claim in claims)
 
 
-def test_extractor_gives_nothing_for_a_page_found_on_one_stray_word() -> None:
+def test_verifier_gives_nothing_for_a_page_found_on_one_stray_word() -> None:
     stray = SubQuestion(id="q1", position=0, text="?", query="seven tornado outbreaks in Alabama")
-    assert ExtractiveExtractor().extract(stray, HELEN_HUNT, 3) == []
+    assert ExtractiveVerifier().extract(stray, HELEN_HUNT, 3) == []
     # A one-word query needs its one word, and two words of a longer query are enough.
     one_word = SubQuestion(id="q1", position=0, text="?", query="sitcom")
-    assert len(ExtractiveExtractor().extract(one_word, HELEN_HUNT, 3)) == 3
+    assert len(ExtractiveVerifier().extract(one_word, HELEN_HUNT, 3)) == 3
     two = stray.model_copy(update={"query": "seven tornado outbreaks in Alabama sitcom"})
-    assert ExtractiveExtractor().extract(two, HELEN_HUNT, 1)[0].text.startswith("She starred in the sitcom")
+    assert ExtractiveVerifier().extract(two, HELEN_HUNT, 1)[0].text.startswith("She starred in the sitcom")
 
 
-def test_extractor_gives_nothing_for_an_unrelated_page() -> None:
+def test_verifier_gives_nothing_for_an_unrelated_page() -> None:
     subquestion = SubQuestion(id="q1", position=0, text="?", query="tornado outbreak Alabama 1932")
-    assert ExtractiveExtractor().extract(subquestion, HELEN_HUNT, 3) == []
-    assert ExtractiveExtractor().extract(subquestion, make_page(""), 3) == []
+    assert ExtractiveVerifier().extract(subquestion, HELEN_HUNT, 3) == []
+    assert ExtractiveVerifier().extract(subquestion, make_page(""), 3) == []
 
 
 SUBQUESTIONS = [
@@ -315,7 +315,6 @@ SUBQUESTIONS = [
 def verified(claim_id: str, subquestion_id: str, text: str, source_id: str, start: int = 0) -> Claim:
     return Claim(
         id=claim_id,
-        run_id="run",
         subquestion_id=subquestion_id,
         page_id=f"page-{source_id}",
         page_hash="h",

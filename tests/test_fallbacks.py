@@ -137,27 +137,27 @@ def test_sub_questions_not_about_the_question_are_dropped_and_the_plan_filled(st
     assert degradation.short.startswith("The planner model gave 0 usable sub-question(s) of the 2 needed")
 
 
-def test_an_unusable_verifier_reply_leaves_the_page_to_the_extractive_extractor(store: EvidenceStore) -> None:
+def test_an_unusable_verifier_reply_leaves_the_page_to_the_extractive_verifier(store: EvidenceStore) -> None:
     page = put(store)
-    engine = model_engine(extractor=Raising())
+    engine = model_engine(verifier=Raising())
 
-    claims = verify_page(engine, "r1", SUB, page, "C1", 3, 20, 0.6, Step())
+    claims = verify_page(engine, SUB, page, "C1", 3, 20, 0.6, Step())
 
-    assert claims == verify_page(extractive_engine(), "r1", SUB, page, "C1", 3, 20, 0.6, Step())
+    assert claims == verify_page(extractive_engine(), SUB, page, "C1", 3, 20, 0.6, Step())
     assert claims and all(claim.status is ClaimStatus.verified for claim in claims)
     (degradation,) = engine.degradations.drain()
     assert (degradation.role, degradation.subject) == ("verifier", page.url)
     assert degradation.short == (
-        "The verifier model's claims for a page its reply was invalid twice; the extractive extractor read "
+        "The verifier model's claims for a page its reply was invalid twice; the extractive verifier read "
         "the page."
     )
 
 
 def test_a_page_whose_model_claims_all_fail_is_read_again_extractively(store: EvidenceStore) -> None:
     page = put(store)
-    engine = model_engine(extractor=Lying())
+    engine = model_engine(verifier=Lying())
 
-    claims = verify_page(engine, "r1", SUB, page, "C1", 3, 20, 0.6, Step())
+    claims = verify_page(engine, SUB, page, "C1", 3, 20, 0.6, Step())
 
     rejected, *rescued = claims
     assert (rejected.id, rejected.status, rejected.reason) == (
@@ -174,10 +174,10 @@ def test_a_page_whose_model_claims_all_fail_is_read_again_extractively(store: Ev
 def test_a_page_not_about_the_sub_question_is_not_sent_to_the_model(store: EvidenceStore) -> None:
     page = put(store, "The Tucson Rodeo is held every February. Cowboys compete in roping.", "Rodeo")
     lying = Lying()
-    engine = model_engine(extractor=lying)
+    engine = model_engine(verifier=lying)
 
     step = Step()
-    assert verify_page(engine, "r1", SUB, page, "C1", 3, 20, 0.6, step) == []
+    assert verify_page(engine, SUB, page, "C1", 3, 20, 0.6, step) == []
 
     assert lying.seen == [] and engine.degradations.drain() == []
     assert step.detail == f"page {page.id}: not about the sub-question, so no model was asked"
@@ -190,9 +190,9 @@ def test_the_claims_cap_is_filled_with_the_extractive_claims_after_the_models(st
         def extract(self, subquestion: SubQuestion, page: Page, limit: int) -> list[ClaimDraft]:
             return [ClaimDraft(text="Jane Doe founded Acme Corp in 1947.", quote=TEXT.split(". ")[0] + ".")]
 
-    engine = model_engine(extractor=OneGood())
+    engine = model_engine(verifier=OneGood())
 
-    claims = verify_page(engine, "r1", SUB, page, "C1", 3, 20, 0.6, Step())
+    claims = verify_page(engine, SUB, page, "C1", 3, 20, 0.6, Step())
 
     assert [(c.id, c.status, c.text) for c in claims] == [
         ("C1.1", ClaimStatus.verified, "Jane Doe founded Acme Corp in 1947."),
@@ -206,9 +206,9 @@ def test_a_long_page_is_read_in_windows_best_first(store: EvidenceStore) -> None
     filler = " ".join(f"Filler sentence number {n} says nothing at all here." for n in range(60))
     page = put(store, f"{filler} {TEXT}")
     lying = Lying()
-    engine = replace(model_engine(extractor=lying), window_chars=600, windows_max=2)
+    engine = replace(model_engine(verifier=lying), window_chars=600, windows_max=2)
 
-    verify_page(engine, "r1", SUB, page, "C1", 3, 20, 0.6, Step())
+    verify_page(engine, SUB, page, "C1", 3, 20, 0.6, Step())
 
     assert len(lying.seen) == 2 and all(len(window) <= 600 for window in lying.seen)
     assert "Acme Corp was founded by Jane Doe" in lying.seen[0]  # the window about the sub-question first
@@ -229,7 +229,7 @@ REQUEST = SynthesisInput(
     subquestions=[SUB],
     claims=[
         Claim(
-            id="C1.1", run_id="r1", subquestion_id="q1", page_id="p1", page_hash="h",
+            id="C1.1", subquestion_id="q1", page_id="p1", page_hash="h",
             status=ClaimStatus.verified, text="Acme Corp was founded by Jane Doe in 1947 in Ohio.",
             quote="Acme Corp was founded by Jane Doe in 1947 in Ohio.", quote_start=0, quote_end=50,
             source_id="S1",
@@ -395,8 +395,8 @@ def test_a_role_no_model_plays_neither_falls_back_nor_is_topped_up_twice(store: 
     assert subquestions == plan(extractive_engine(), alone, 5, 3, Step())  # short of 3, as it is alone
     page = put(store)
     verified = Step()
-    claims = verify_page(engine, "r1", SUB, page, "C1", 3, 20, 0.6, verified)
-    assert claims == verify_page(extractive_engine(), "r1", SUB, page, "C1", 3, 20, 0.6, Step())
+    claims = verify_page(engine, SUB, page, "C1", 3, 20, 0.6, verified)
+    assert claims == verify_page(extractive_engine(), SUB, page, "C1", 3, 20, 0.6, Step())
     assert "extractive:" not in verified.detail  # the page was read once, not again as a top-up
     assert engine.degradations.drain() == []
     assert (planned.outcome, verified.outcome) == (Outcome.ok, Outcome.ok)

@@ -95,6 +95,20 @@ def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str], time
         time.sleep(0.1)
 
 
+def steady(count: Callable[[], int], seconds: float) -> Callable[[], bool]:
+    """A condition true once `count` has not changed for `seconds`."""
+    last, since = count(), time.monotonic()
+
+    def held() -> bool:
+        nonlocal last, since
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+        return time.monotonic() - since >= seconds
+
+    return held
+
+
 def status_of(db: Path) -> dict[str, str]:
     return dict(read_only_query(db, "SELECT run_id, status FROM runs")[1])
 
@@ -158,7 +172,10 @@ def test_a_run_killed_mid_verification_is_resumed_and_marked_crashed(
         )
         first = start(db, server, env, "--search", "searxng", question=WEB_QUESTION)
         wait_for(lambda: server.calls["verifier"] >= 4, first)  # 2 answered, 2 stalled in flight
-        time.sleep(2)  # the answered verifications finish and are cached
+        # Every verification in flight, and the answered ones finished and cached: each call first takes
+        # a slot of the endpoint's Prefect global concurrency limit, and Prefect acquires those one at a
+        # time, so a slow acquisition can hold the last calls back for seconds after the fourth.
+        wait_for(steady(lambda: server.calls["verifier"], seconds=5.0), first)
         children = psutil.Process(first.pid).children(recursive=True)
         fetched, calls = len(web.site.requests), dict(server.calls)
         first.kill()
@@ -185,3 +202,39 @@ def test_a_run_killed_mid_verification_is_resumed_and_marked_crashed(
 def hits(site: LoopbackServer) -> list[dict[str, str]]:
     paths = ["/articles/boiling.html", "/articles/altitude.html", "/articles/tea.html"]
     return [{"url": site.url(path), "title": path, "content": f"result for {path}"} for path in paths]
+
+
+FLOW_IN_MAIN_THREAD = """
+import sys
+from flows.research import research_flow
+research_flow(question=sys.argv[1], settings=dict(arg.split("=", 1) for arg in sys.argv[2:]))
+"""
+
+
+def test_sigterm_ends_a_worker_s_flow_run_process_within_seconds(folder: Path, server: RoleServer) -> None:
+    # A worker runs each flow run in a process whose main thread runs the flow (`python -m prefect.engine`);
+    # Prefect's own SIGTERM handling there waits for the task threads, here a model call that never ends.
+    db = ingested(folder, PAGES, "worker")
+    server.handlers["planner"] = lambda received, n: Reply(content="{}", delay=SLOW)
+    settings = {"db": str(db), "reports": str(folder / "reports"), **models_for(server)}
+    with temporary_server(db) as url:
+        close_stores()
+        run = subprocess.Popen(
+            [sys.executable, "-c", FLOW_IN_MAIN_THREAD, QUESTION, *(f"{k}={v}" for k, v in settings.items())],
+            env=environment(server, PREFECT_API_URL=url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: server.calls["planner"] > 0, run)
+
+        sent = time.monotonic()
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=60)
+        seconds = time.monotonic() - sent
+        [(run_id, status)] = status_of(db).items()
+        state = httpx.get(f"{url}/flow_runs/{run_id}", timeout=30).json()["state"]
+
+    assert run.returncode == 143 and seconds < 5, (seconds, run.stderr.read()[-2000:])
+    assert status == "cancelled"
+    assert (state["type"], state["message"]) == ("CANCELLED", "No report: the run was cancelled (SIGTERM).")

@@ -91,7 +91,7 @@ def test_select_pages_goes_rank_by_rank_and_gives_every_sub_question_a_page() ->
 
 def claim(subquestion_id: str, source_id: str = "S1") -> Claim:
     return Claim(
-        id="C1.1", run_id="r", subquestion_id=subquestion_id, page_id="p1", page_hash="h", text="t",
+        id="C1.1", subquestion_id=subquestion_id, page_id="p1", page_hash="h", text="t",
         quote="a quote long enough to count", status=ClaimStatus.verified, source_id=source_id,
     )  # fmt: skip
 

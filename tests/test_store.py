@@ -48,10 +48,9 @@ def page(url: str = "https://example.org/a", text: str = "Alpha text about torna
     return PageInput(url=url, title="A", text=text, origin=Origin.fetched)
 
 
-def claim(run_id: str, number: int, page_id: str, status: ClaimStatus, subquestion: str = "q1") -> Claim:
+def claim(number: int, page_id: str, status: ClaimStatus, subquestion: str = "q1") -> Claim:
     return Claim(
         id=f"C{number}",
-        run_id=run_id,
         subquestion_id=subquestion,
         page_id=page_id,
         page_hash="h",
@@ -207,8 +206,9 @@ def test_a_run_from_start_to_finish(store: EvidenceStore) -> None:
     store.add_run_source(RunSource(run_id=run, subquestion_id="q1", page_id=pb.id, provider="local", rank=1))
     store.add_run_source(RunSource(run_id=run, subquestion_id="q1", page_id=pc.id, provider="local", rank=2))
     store.add_claims(
-        [claim(run, n, pa.id, ClaimStatus.verified, "q2") for n in (1, 10)]
-        + [claim(run, 2, pb.id, ClaimStatus.rejected), claim(run, 3, pc.id, ClaimStatus.verified)]
+        run,
+        [claim(n, pa.id, ClaimStatus.verified, "q2") for n in (1, 10)]
+        + [claim(2, pb.id, ClaimStatus.rejected), claim(3, pc.id, ClaimStatus.verified)],
     )
     assert [c.id for c in store.claims(run)] == ["C1", "C2", "C3", "C10"]
     assert [c.id for c in store.claims(run, ClaimStatus.rejected)] == ["C2"]
@@ -384,7 +384,7 @@ def test_threads_share_one_store_and_append_claims_concurrently(tmp_path: Path) 
             seen.append(shared)
             stored, _ = shared.put_page(page(f"https://example.org/{worker % 3}", f"text {worker % 3}"))
             for n in range(per_thread):
-                shared.add_claims([claim("run", worker * 1000 + n, stored.id, ClaimStatus.verified)])
+                shared.add_claims("run", [claim(worker * 1000 + n, stored.id, ClaimStatus.verified)])
                 shared.add_trace(
                     Trace(
                         run_id="run",
@@ -440,7 +440,7 @@ def test_every_recipe_in_the_schema_guide_runs_and_finds_rows(tmp_path: Path) ->
             RunSource(run_id=run, subquestion_id="q1", page_id=basalt.id, provider="local", rank=1)
         )
         opened.add_claims(
-            [claim(run, 1, basalt.id, ClaimStatus.verified), claim(run, 2, old.id, ClaimStatus.rejected)]
+            run, [claim(1, basalt.id, ClaimStatus.verified), claim(2, old.id, ClaimStatus.rejected)]
         )
         opened.number_sources(run)
         opened.add_report_sentences(

@@ -285,3 +285,20 @@ def test_six_concurrent_adds_all_remain(project: Path) -> None:
     assert (project / "prefect.yaml").read_text(encoding="utf-8") == generated_prefect_yaml(
         load_topics(project / "deployments" / "topics.yaml")
     )
+
+
+def test_the_readme_walkthrough_leaves_the_repository_topics_as_they_were(project: Path) -> None:
+    # The README's topics walkthrough runs in the clone: it adds a topic, then removes it at its end.
+    shipped = {name: (REPO / name).read_bytes() for name in ("deployments/topics.yaml", "prefect.yaml")}
+    for name, content in shipped.items():
+        (project / name).write_bytes(content)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "citeflow topics add caching" in readme and "citeflow topics remove caching" in readme
+
+    added = add("caching", "--question", "How does citeflow cache a run's results?", "--cron", "0 7 * * *")
+    assert added.exit_code == 0, added.output
+    assert (project / "prefect.yaml").read_bytes() != shipped["prefect.yaml"]
+    removed = runner.invoke(app, ["topics", "remove", "caching", "--db", str(project / "store.duckdb")])
+    assert removed.exit_code == 0, removed.output
+
+    assert {name: (project / name).read_bytes() for name in shipped} == shipped

@@ -59,7 +59,7 @@ def test_find_quote_absent_or_empty() -> None:
 
 
 def _verify(drafts: list[ClaimDraft]):  # type: ignore[no-untyped-def]
-    return verify_drafts(drafts, make_page(), "q2", "run-1", "C3", 20)
+    return verify_drafts(drafts, make_page(), "q2", "C3", 20)
 
 
 def test_verified_claim_stores_the_pages_own_quote_and_offsets() -> None:
@@ -68,7 +68,7 @@ def test_verified_claim_stores_the_pages_own_quote_and_offsets() -> None:
     )
     assert claim.status is ClaimStatus.verified
     assert claim.id == "C3.1"
-    assert (claim.run_id, claim.subquestion_id, claim.page_id) == ("run-1", "q2", "p1")
+    assert (claim.subquestion_id, claim.page_id) == ("q2", "p1")
     assert claim.page_hash == make_page().content_hash
     assert claim.quote == "He directed \u201cInception\u201d (2010)"
     assert claim.quote_start is not None and claim.quote_end is not None
@@ -137,9 +137,7 @@ def alu_page() -> Page:
 
 
 def check(text: str, quote: str, support_min: float = 0.6):  # type: ignore[no-untyped-def]
-    (claim,) = verify_drafts(
-        [ClaimDraft(text=text, quote=quote)], alu_page(), "q1", "r", "C1", 20, support_min
-    )
+    (claim,) = verify_drafts([ClaimDraft(text=text, quote=quote)], alu_page(), "q1", "C1", 20, support_min)
     return claim
 
 

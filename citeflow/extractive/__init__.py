@@ -2,21 +2,21 @@
 
 question.py reads a question's shape (its entities, sides and what it asks for), answer.py finds the
 answer among verified claims and orders the report around it, and engine.py plays the planner,
-extractor, synthesiser and critic roles with them. It is a real offline mode and the floor of every
+verifier, synthesiser and critic roles with them. It is a real offline mode and the floor of every
 model run.
 """
 
 from citeflow.extractive.engine import (
     ExtractiveCritic,
-    ExtractiveExtractor,
     ExtractivePlanner,
     ExtractiveSynthesiser,
+    ExtractiveVerifier,
     extractive_engine,
 )
 
 __all__ = [
     "ExtractiveCritic",
-    "ExtractiveExtractor",
+    "ExtractiveVerifier",
     "ExtractivePlanner",
     "ExtractiveSynthesiser",
     "extractive_engine",

@@ -11,8 +11,9 @@ page that states it.
 3. Claims that say the same of the same thing with different numbers are not merged: they are a conflict,
    shown side by side.
 4. Findings are chosen by maximal marginal relevance: how much of the evidence a finding covers (its
-   pages) and how close it is to the question, less how much it repeats a finding already chosen; up to
-   `findings_max` findings and `words_max` words.
+   pages) and how close it is to the question, times how much it says beyond the question's own words
+   (a sentence that restates the question is framing, not a finding), less how much it repeats a
+   finding already chosen; up to `findings_max` findings and `words_max` words.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class Item:
     stems: frozenset[str]
     numbers: frozenset[str]
     relevance: float = 0.0
+    # The share of its stems that the question does not hold: what it says beyond restating the question.
+    specificity: float = 1.0
 
 
 @dataclass
@@ -72,11 +75,15 @@ class Finding:
 
     lead: Item
     members: list[Item] = field(default_factory=list)
+    # Pages no one claim of which restates the sentence, but whose claims together do (a page may say
+    # a finding over two sentences): they corroborate it, without their claims being merged into it.
+    corroborating: list[str] = field(default_factory=list)
 
     @property
     def pages(self) -> list[str]:
         """The source ids of the independent pages that state it, the lead's first."""
-        return list(dict.fromkeys([self.lead.source_id, *(item.source_id for item in self.members)]))
+        members = [item.source_id for item in self.members]
+        return list(dict.fromkeys([self.lead.source_id, *members, *self.corroborating]))
 
     section_id: str = ""
 
@@ -127,7 +134,8 @@ def _items(request: SynthesisInput) -> list[Item]:
         if claim.status is ClaimStatus.verified and claim.source_id in titles and key not in seen:
             seen.add(key)
             claims.append(claim)
-    asked = frozenset(content_stems(request.question)) - _ASKING
+    question = frozenset(content_stems(request.question))
+    asked = question - _ASKING
     # The aspects asked "about" weigh FOCUS_WEIGHT times: the rest of the question (its subject) every
     # page repeats.
     focus = frozenset(stem for text, _ in aspects(request.question) for stem in content_stems(text)) - _ASKING
@@ -150,6 +158,8 @@ def _items(request: SynthesisInput) -> list[Item]:
     for claim, bag in zip(claims, bags, strict=True):
         if not bag & asked or claim.page_id not in on_subject:
             continue  # about something else: never evidence for this question
+        if focus and not bag & focus:
+            continue  # about the subject, but none of the aspects asked about
         items.append(
             Item(
                 claim=claim,
@@ -157,6 +167,7 @@ def _items(request: SynthesisInput) -> list[Item]:
                 stems=bag,
                 numbers=frozenset(numbers(claim.quote)),
                 relevance=sum(weight.get(stem, 0.0) for stem in bag & asked) / total,
+                specificity=len(bag - question) / len(bag),
             )
         )
     return items
@@ -227,7 +238,8 @@ def select_findings(items: list[Item], findings_max: int, words_max: int) -> lis
     def worth(finding: Finding) -> float:
         # Corroboration (pages, log-scaled) and closeness to the question, each on 0..1.
         pages = math.log(1 + len(finding.pages)) / math.log(1 + most_pages)
-        return PAGES_SHARE * pages + (1 - PAGES_SHARE) * finding.lead.relevance / best_relevance
+        closeness = finding.lead.relevance / best_relevance
+        return (PAGES_SHARE * pages + (1 - PAGES_SHARE) * closeness) * finding.lead.specificity
 
     chosen: list[Finding] = []
     used: set[str] = set()
@@ -254,7 +266,28 @@ def select_findings(items: list[Item], findings_max: int, words_max: int) -> lis
         chosen.append(Finding(best.lead, members))
         used |= {best.lead.claim.id, *(item.claim.id for item in members)}
         words += length
+    for finding in chosen:
+        finding.corroborating = _corroborating(finding, items, rarity)
     return chosen
+
+
+def _corroborating(finding: Finding, items: list[Item], rarity: dict[str, float]) -> list[str]:
+    """The other pages whose claims together hold MERGE_MIN_SHARE of the finding's sentence's stems, plain
+    and weighted by rarity (what the citation checks need to keep a citation), and each number it gives."""
+    stems: dict[str, set[str]] = {}
+    given: dict[str, set[str]] = {}
+    for item in items:
+        stems.setdefault(item.source_id, set()).update(item.stems)
+        given.setdefault(item.source_id, set()).update(item.numbers)
+    lead = finding.lead
+    return [
+        source
+        for source, held in stems.items()
+        if source not in finding.pages
+        and lead.numbers <= given[source]
+        and _share(frozenset(held), lead.stems) >= MERGE_MIN_SHARE
+        and _weighted_share(frozenset(held), lead.stems, rarity) >= MERGE_MIN_SHARE
+    ]
 
 
 def _aspect_of(finding: Finding, subquestions: list[SubQuestion]) -> str:

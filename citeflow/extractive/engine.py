@@ -2,7 +2,7 @@
 
 It is a real product mode (offline, or when no model endpoint is configured), not a test double:
 the planner splits the question by rules (citeflow/extractive/question.py) and follows up the entities the
-verified claims name, the extractor quotes the page's own sentences, the synthesiser writes the quote
+verified claims name, the verifier quotes the page's own sentences, the synthesiser writes the quote
 that answers first and then those that support it (citeflow/extractive/answer.py), and the critic is the
 mechanical checks.
 """
@@ -174,7 +174,7 @@ class ExtractivePlanner:
         ]
 
 
-class ExtractiveExtractor:
+class ExtractiveVerifier:
     """The page's own prose sentences that best match the sub-question, each quoted verbatim.
 
     Sentences are ranked by the stems they share with the sub-question's query, each weighted by its
@@ -256,7 +256,7 @@ def extractive_engine(
     return Engine(
         name="extractive",
         planner=ExtractivePlanner(min_subquestions),
-        extractor=ExtractiveExtractor(),
+        verifier=ExtractiveVerifier(),
         synthesiser=ExtractiveSynthesiser(findings_max, words_max),
         critic=ExtractiveCritic(),
     )

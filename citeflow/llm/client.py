@@ -11,7 +11,9 @@ Endpoints differ in what they accept, and what one refused is remembered for its
 a JSON-schema response format (else plain JSON is asked for), and the name of the output-token limit
 (`max_tokens`, which OpenAI's reasoning models refuse, or `max_completion_tokens`, which older servers
 refuse). Calls in flight per endpoint are capped by a semaphore taken before the call is sent, so time
-spent waiting for a one-request-at-a-time server is spent here, never against the call's timeout.
+spent waiting for a one-request-at-a-time server is spent here, never against the call's timeout. Where
+many processes call one endpoint (several workers), the pool also takes a slot of a limit they share
+(`SharedSlots`, which the tasks layer fills with a Prefect global concurrency limit named after the endpoint).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
@@ -75,6 +78,18 @@ _REFUSED_PARAMETER = re.compile(
 LOCAL_CONCURRENCY = 1
 # A hosted endpoint takes the pages a run verifies by default (caps.pages_verified_max) in one round.
 REMOTE_CONCURRENCY = 16
+# Characters a limit name may not hold (Prefect's names refuse them).
+_NOT_IN_NAME = re.compile(r"[/%&<>]+")
+
+# A slot of a limit shared by every process calling one endpoint: given the limit's name and its size,
+# a context manager held while the call is in flight.
+SharedSlots = Callable[[str, int], AbstractContextManager[object]]
+
+
+def limit_name(base_url: str) -> str:
+    """The name of the limit shared by the processes calling `base_url`: its public form (no user info,
+    no query string, where keys hide), e.g. "citeflow-model-http:_127.0.0.1:8080_v1"."""
+    return "citeflow-model-" + _NOT_IN_NAME.sub("_", public_url(base_url).rstrip("/"))
 
 
 def is_local(url: str) -> bool:
@@ -148,9 +163,12 @@ def _describe(exc: APIStatusError | APIConnectionError, timeout: float) -> str:
 class EndpointPool:
     """OpenAI clients, concurrency slots and format support, shared by every role using an endpoint."""
 
-    def __init__(self, limits: Limits, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, limits: Limits, env: Mapping[str, str] | None = None, shared: SharedSlots | None = None
+    ) -> None:
         self.limits = limits
         self.env = os.environ if env is None else env
+        self.shared = shared
         self._lock = threading.Lock()
         self._clients: dict[tuple[str, str, float], OpenAI] = {}
         self._slots: dict[str, threading.BoundedSemaphore] = {}
@@ -177,11 +195,20 @@ class EndpointPool:
             return self.limits.max_concurrent_per_endpoint
         return LOCAL_CONCURRENCY if is_local(config.base_url) else REMOTE_CONCURRENCY
 
-    def slot(self, config: RoleConfig) -> threading.BoundedSemaphore:
+    @contextmanager
+    def slot(self, config: RoleConfig) -> Iterator[None]:
+        """Held while one call is in flight: this process's slot first (so its waiting calls queue here,
+        not on the shared limit), then the shared limit's, sized alike, when there is one."""
         with self._lock:
             if config.base_url not in self._slots:
                 self._slots[config.base_url] = threading.BoundedSemaphore(self.concurrency(config))
-            return self._slots[config.base_url]
+            local = self._slots[config.base_url]
+        with local:
+            if self.shared is None:
+                yield
+                return
+            with self.shared(limit_name(config.base_url), self.concurrency(config)):
+                yield
 
     def token_parameter(self, config: RoleConfig) -> str:
         """The name this endpoint and model take for the output-token limit (max_tokens until refused)."""

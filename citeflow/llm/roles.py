@@ -259,7 +259,7 @@ def build_engine(
         planner=fallback.planner
         if planner_client is None
         else ModelPlanner(planner_client, caps.subquestions_min, writer),
-        extractor=fallback.extractor if verifier is None else verifier,
+        verifier=fallback.verifier if verifier is None else verifier,
         synthesiser=fallback.synthesiser
         if synthesiser_client is None
         else ModelSynthesiser(synthesiser_client, caps.report_findings_max),

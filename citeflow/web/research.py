@@ -58,13 +58,17 @@ class FetchOutcome(BaseModel):
     def counts(self) -> dict[str, int]:
         return {status.value: sum(1 for item in self.items if item.status is status) for status in UrlStatus}
 
-    def summary(self) -> str:
-        """One line a person can follow, e.g. `q1: 3 fetched, 1 from store, 0 skipped, 1 failed`."""
+    def tally(self) -> str:
+        """The URLs per outcome, e.g. `3 fetched, 1 from store, 0 skipped, 1 failed`."""
         c = self.counts()
         return (
-            f"{self.subquestion_id}: {c['fetched'] + c['shared']} fetched, {c['stored']} from store, "
+            f"{c['fetched'] + c['shared']} fetched, {c['stored']} from store, "
             f"{c['skipped']} skipped, {c['failed']} failed"
         )
+
+    def summary(self) -> str:
+        """One line a person can follow, e.g. `q1: 3 fetched, 1 from store, 0 skipped, 1 failed`."""
+        return f"{self.subquestion_id}: {self.tally()}"
 
 
 class ResearchOutcome(BaseModel):
