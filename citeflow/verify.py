@@ -177,7 +177,7 @@ def _content_words(text: str) -> list[str]:
     return [word for word in words(re.sub(r"'s\b", "", normalise(text))) if word not in STOPWORDS]
 
 
-def _negated_scopes(text: str) -> list[set[str]]:
+def negated_scopes(text: str) -> list[set[str]]:
     """For each negation in the text, the stems of the content words it governs (up to
     NEGATION_SCOPE_WORDS, stopping at punctuation or a contrasting conjunction)."""
     tokens = _NEGATION_TOKEN.findall(normalise(text).casefold())
@@ -218,9 +218,15 @@ def negation_conflict(text: str, evidence: list[str]) -> str:
     evidence whose words the text states without one, is a conflict: "did not make his debut" against
     "made his debut", or the reverse."""
     evidence_stems = {stemmed for quote in evidence for stemmed in content_stems(quote)}
-    evidence_scopes = [scope for quote in evidence for scope in _negated_scopes(quote)]
+    evidence_scopes = [scope for quote in evidence for scope in negated_scopes(quote)]
+    return polarity_conflict(text, evidence_stems, evidence_scopes)
+
+
+def polarity_conflict(text: str, evidence_stems: set[str], evidence_scopes: list[set[str]]) -> str:
+    """`negation_conflict` against evidence already read: its content stems and its negations' scopes
+    (`negated_scopes`), so that a caller weighing many pages reads each page once."""
     text_stems = set(content_stems(text))
-    text_scopes = _negated_scopes(text)
+    text_scopes = negated_scopes(text)
     for scope in text_scopes:
         if _governs(scope, evidence_stems) and not any(_governs(scope, other) for other in evidence_scopes):
             return "negates what its quote states"

@@ -15,7 +15,7 @@ from citeflow.checks import mechanical_critique, prune_citations
 from citeflow.config import Caps
 from citeflow.contracts import Claim, ClaimStatus, Source, SubQuestion, SynthesisInput
 from citeflow.extractive import extractive_engine
-from citeflow.extractive.digest import DIFFER_SECTION, digest
+from citeflow.extractive.digest import DIFFER_SECTION, digest, expansion_terms, measures
 from citeflow.extractive.kind import ReportKind, report_kind
 from citeflow.llm.budget import MemoryCallLog
 from citeflow.llm.client import EndpointPool
@@ -119,7 +119,17 @@ def test_the_caps_bound_the_findings() -> None:
     assert len(words.opening + words.grouped) == 1  # the first finding always ships
 
 
-def test_an_open_question_is_planned_by_the_aspects_it_asks_about_and_thin_ones_are_followed_up() -> None:
+def verified(quotes: list[tuple[str, str]], subquestion: str = "q1") -> list[Claim]:
+    return [
+        Claim(
+            id=f"C{n}", run_id="r1", subquestion_id=subquestion, page_id=f"p{source[1:]}", page_hash="h",
+            text=quote, quote=quote, status=ClaimStatus.verified, source_id=source,
+        )
+        for n, (source, quote) in enumerate(quotes, start=1)
+    ]  # fmt: skip
+
+
+def test_each_aspect_of_an_open_question_is_asked_again_with_the_words_its_claims_name() -> None:
     question = (
         'In the context of "The Harbour Strike of Port Ellis", what do the sources report about wages and '
         "the reopening?"
@@ -130,18 +140,64 @@ def test_an_open_question_is_planned_by_the_aspects_it_asks_about_and_thin_ones_
         "What do the sources report about the reopening?",
     ]
     assert plan[1].query.split()[:1] == ["wages"] and "harbour" in plan[1].query.split()
-    # The first round found three claims about wages and one about the reopening: only that is searched
-    # again, on its own words.
-    claims = request().claims
-    given = [
-        c.model_copy(update={"subquestion_id": sub})
-        for c, sub in zip(claims, ["q2"] * 3 + ["q3"], strict=False)
-    ]
-    evidence = SynthesisInput(question=question, subquestions=plan, claims=given, sources=request().sources)
+    # Three pages' claims about wages name overtime; the other claims do not. The follow-up round asks
+    # about wages again with "overtime" (relevance feedback), and about the reopening with nothing new.
+    claims = verified([
+        ("S1", "Wages at the docks had not risen since overtime pay was cut in spring."),
+        ("S2", "Dockers said lost overtime had cut their wages by a fifth."),
+        ("S3", "The union wants overtime restored before wages are talked about."),
+        ("S4", "The Harbour strike began on a Monday morning."),
+        ("S5", "Ferries kept running during the Harbour strike."),
+        ("S6", "The reopening of the port is planned for June."),
+    ])  # fmt: skip
+    evidence = SynthesisInput(question=question, subquestions=plan, claims=claims, sources=request().sources)
     follow = extractive_engine().planner.follow_up(evidence, 5)
-    assert [(sub.text, sub.query) for sub in follow] == [
-        ("What else do the sources report about the reopening?", "reopening")
+    assert len(follow) == 1
+    assert follow[0].text.startswith("What else do the sources report about wages: overtime")
+    assert follow[0].query.split()[:2] == ["wages", "overtime"]
+    # A claim naming a word the follow-up asked about is on the aspect, though it lacks the aspect's own.
+    expanded = expansion_terms("wages", question, claims)
+    assert expanded[0] == "overtime" and "harbour" not in expanded and "strike" not in expanded
+
+
+def test_a_number_in_a_name_is_no_conflict_but_the_same_measure_with_another_value_is() -> None:
+    assert measures("It reached 1,025 hp.") == {("reach", "1025"), ("hp", "1025")}
+    question = "What do the sources report about the Falcon 9 rocket and its engines?"
+    claims = verified([
+        ("S1", "The Falcon 9 rocket engines can throttle down when the payload is light, sources said."),
+        ("S2", "Its engines can throttle down to 40% of full thrust when the payload is light."),
+        ("S3", "The Falcon 9 rocket engines give 7600 kN of thrust at sea level."),
+        ("S4", "The Falcon 9 rocket engines give 8200 kN of thrust at sea level."),
+    ])  # fmt: skip
+    sources = [
+        Source(id=f"S{n}", page_id=f"p{n}", url=f"https://example.org/{n}", title="Falcon 9", stored_at=READ)
+        for n in range(1, 5)
     ]
+    found = digest(
+        SynthesisInput(question=question, subquestions=SUBS, claims=claims, sources=sources), 12, 400
+    )
+    assert [sorted(item.source_id for item in pair) for pair in found.conflicts] == [["S3", "S4"]]
+
+
+def test_a_finding_never_cites_a_page_whose_quotes_negate_it() -> None:
+    # S2 states the finding in one claim, and another of its claims says "never closed" of the port: citing
+    # S2 would sink the sentence in the checks.
+    question = 'In the context of "The Harbour Strike", what do the sources report about the port closure?'
+    claims = verified([
+        ("S1", "The Harbour strike closed the port for nine days, officials said."),
+        ("S2", "The Harbour strike closed the port for nine days, dock workers said."),
+        ("S2", "The ferry terminal was never closed, unlike the port."),
+        ("S3", "For nine days the Harbour strike closed the port to ships, officials said."),
+    ])  # fmt: skip
+    sources = [
+        Source(id=f"S{n}", page_id=f"p{n}", url=f"https://example.org/{n}", title="Port news", stored_at=READ)
+        for n in range(1, 4)
+    ]
+    evidence = SynthesisInput(question=question, subquestions=SUBS, claims=claims, sources=sources)
+    draft = extractive_engine().synthesiser.write(evidence)
+    [closed] = [sentence for sentence in draft.sentences if "nine days" in sentence.text]
+    assert sorted(closed.cites) == ["S1", "S3"]  # S1 and S3 corroborate it; S2 is left out
+    assert mechanical_critique(draft, claims).approved
 
 
 @pytest.fixture

@@ -8,12 +8,17 @@ page that states it.
    least half of the finding's sentence's content stems and gives no other number (the share the
    citation checks need to keep its page among the sentence's citations, citeflow/checks.py). The
    finding's sentence is one of its verified quotes; it cites every page whose claim joined.
-3. Claims that say the same of the same thing with different numbers are not merged: they are a conflict,
-   shown side by side.
+3. Claims that say the same of the same thing with different numbers next to the same word ("900 hp",
+   "1,025 hp") are not merged: they are a conflict, shown side by side. A number in a name is no
+   disagreement.
 4. Findings are chosen by maximal marginal relevance: how much of the evidence a finding covers (its
    pages) and how close it is to the question, times how much it says beyond the question's own words
    (a sentence that restates the question is framing, not a finding), less how much it repeats a
-   finding already chosen; up to `findings_max` findings and `words_max` words.
+   finding already chosen; up to `findings_max` findings and `words_max` words. A finding cites only
+   pages whose verified quotes agree with its sentence in polarity (the checks read every quote of a
+   cited page), and one whose own page says "not" of it is skipped.
+5. The follow-up round asks about each aspect again with the words its first-round claims name far more
+   than the other claims (relevance feedback): pages are read again for what they say in other words.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from citeflow.contracts import Claim, ClaimStatus, DraftSentence, SubQuestion, SynthesisInput
-from citeflow.text import content_stems, content_words, names, numbers
+from citeflow.text import content_stems, content_words, names, normalise, numbers, stem
+from citeflow.verify import negated_scopes, polarity_conflict
 
 # A claim joins a finding when it holds this share of the finding sentence's content stems: the share at
 # which the citation checks keep a citation that repeats what another citation covers.
@@ -56,6 +62,10 @@ FOCUS_WEIGHT = 5.0
 PAGES_SHARE = 0.6
 
 
+# A page's verified quotes as the polarity check reads them: their content stems, their negations' scopes.
+Polarity = tuple[set[str], list[set[str]]]
+
+
 @dataclass(frozen=True)
 class Item:
     """A verified claim as the digest weighs it."""
@@ -65,6 +75,8 @@ class Item:
     stems: frozenset[str]
     numbers: frozenset[str]
     relevance: float = 0.0
+    # (word, number) for each number and the content word next to it: what the number measures.
+    measures: frozenset[tuple[str, str]] = frozenset()
     # The share of its stems that the question does not hold: what it says beyond restating the question.
     specificity: float = 1.0
 
@@ -139,6 +151,8 @@ def _items(request: SynthesisInput) -> list[Item]:
     # The aspects asked "about" weigh FOCUS_WEIGHT times: the rest of the question (its subject) every
     # page repeats.
     focus = frozenset(stem for text, _ in aspects(request.question) for stem in content_stems(text)) - _ASKING
+    # ... and the words the follow-up round asked about them with.
+    focus |= follow_up_terms(request.subquestions)
     subject = frozenset(stem for name in names(request.question) for stem in content_stems(name)) - _ASKING
     bags = [frozenset(content_stems(claim.quote)) for claim in claims]
     frequency = Counter(stem for bag in bags for stem in bag if stem in asked)
@@ -166,6 +180,7 @@ def _items(request: SynthesisInput) -> list[Item]:
                 source_id=claim.source_id or "",
                 stems=bag,
                 numbers=frozenset(numbers(claim.quote)),
+                measures=measures(claim.quote),
                 relevance=sum(weight.get(stem, 0.0) for stem in bag & asked) / total,
                 specificity=len(bag - question) / len(bag),
             )
@@ -173,9 +188,36 @@ def _items(request: SynthesisInput) -> list[Item]:
     return items
 
 
+_NUMBER_WORDS = re.compile(r"[A-Za-z][\w'-]*|\d[\d,.]*%?")
+
+
+def measures(text: str) -> frozenset[tuple[str, str]]:
+    """(stem, number) for each number of the text and the content words either side of it: "reached
+    1,025 hp" -> {("reach", "1025"), ("hp", "1025")}."""
+    tokens = _NUMBER_WORDS.findall(normalise(text))
+    found = set()
+    for index, token in enumerate(tokens):
+        if not token[0].isdigit() or not (value := numbers(token)):
+            continue
+        for neighbour in (
+            tokens[index - 1] if index else "",
+            tokens[index + 1] if index + 1 < len(tokens) else "",
+        ):
+            found.update(
+                (stemmed, value[0]) for stemmed in content_stems(neighbour) if not stemmed[0].isdigit()
+            )
+        if token.endswith("%"):
+            found.add(("%", value[0]))
+    return frozenset(found)
+
+
 def _conflicting(first: Item, second: Item) -> bool:
-    """Both give numbers, none in common: the same statement with another value."""
-    return bool(first.numbers and second.numbers and not first.numbers & second.numbers)
+    """The same quantity with another value: each gives a number the other lacks, next to the same word
+    ("900 hp" and "1,025 hp"). A number that is part of a name ("the Model 3") beside another quantity
+    ("65% ethanol") is no disagreement."""
+    own_first = {(stem, number) for stem, number in first.measures if number not in second.numbers}
+    own_second = {(stem, number) for stem, number in second.measures if number not in first.numbers}
+    return bool({stem for stem, _ in own_first} & {stem for stem, _ in own_second})
 
 
 def _weighted_share(part: frozenset[str], whole: frozenset[str], rarity: dict[str, float]) -> float:
@@ -224,9 +266,13 @@ def _conflicts(items: list[Item]) -> list[tuple[Item, Item]]:
     return found[:CONFLICTS_MAX]
 
 
-def select_findings(items: list[Item], findings_max: int, words_max: int) -> list[Finding]:
+def select_findings(
+    items: list[Item], findings_max: int, words_max: int, quotes: dict[str, Polarity] | None = None
+) -> list[Finding]:
     """Findings chosen one at a time by maximal marginal relevance, each taking the claims it merges;
-    stops at `findings_max` findings or before `words_max` words."""
+    stops at `findings_max` findings or before `words_max` words. With `quotes` (every verified quote of
+    each source), a finding cites only pages whose quotes agree with its sentence in polarity
+    (`_agreeing`), and one whose own page does not is skipped."""
     rarity = rarity_of(items)
     candidates = {
         item.claim.id: Finding(item, [other for other in items if _joins(other, item, rarity)])
@@ -257,6 +303,9 @@ def select_findings(items: list[Item], findings_max: int, words_max: int) -> lis
                 best, best_score = finding, score
         if best is None:
             break
+        if quotes is not None and polarity_conflict(best.lead.claim.quote, *quotes[best.lead.source_id]):
+            used.add(best.lead.claim.id)  # its page says "not" of what it says: it would not pass the checks
+            continue
         length = len(best.lead.claim.quote.split())
         if chosen and words + length > words_max:
             break
@@ -268,7 +317,27 @@ def select_findings(items: list[Item], findings_max: int, words_max: int) -> lis
         words += length
     for finding in chosen:
         finding.corroborating = _corroborating(finding, items, rarity)
+        if quotes is not None:
+            _agreeing(finding, quotes)
     return chosen
+
+
+def _agreeing(finding: Finding, quotes: dict[str, Polarity]) -> None:
+    """Keep, of the finding's pages, those whose verified quotes, together with those of the pages kept
+    before them, agree with its sentence in polarity: the checks judge a sentence against every quote of
+    every page it cites, and a page that says "not" of the sentence's words would sink it."""
+    sentence = finding.lead.claim.quote
+    stems, scopes = quotes[finding.lead.source_id]
+    stems, scopes = set(stems), list(scopes)
+    kept = {finding.lead.source_id}
+    for page in finding.pages[1:]:
+        more_stems, more_scopes = quotes[page]
+        if not polarity_conflict(sentence, stems | more_stems, scopes + more_scopes):
+            stems |= more_stems
+            scopes += more_scopes
+            kept.add(page)
+    finding.members = [item for item in finding.members if item.source_id in kept]
+    finding.corroborating = [page for page in finding.corroborating if page in kept]
 
 
 def _corroborating(finding: Finding, items: list[Item], rarity: dict[str, float]) -> list[str]:
@@ -309,8 +378,14 @@ def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest
     items = _items(request)
     conflicts = _conflicts(items)
     disputed = {item.claim.id for pair in conflicts for item in pair}
+    quotes: dict[str, Polarity] = {}
+    for claim in request.claims:
+        if claim.status is ClaimStatus.verified and claim.source_id:
+            stems, scopes = quotes.setdefault(claim.source_id, (set(), []))
+            stems.update(content_stems(claim.quote))
+            scopes += negated_scopes(claim.quote)
     findings = select_findings(
-        [item for item in items if item.claim.id not in disputed], findings_max, words_max
+        [item for item in items if item.claim.id not in disputed], findings_max, words_max, quotes
     )
     for finding in findings:
         finding.section_id = _aspect_of(finding, request.subquestions)
@@ -353,21 +428,80 @@ def aspects(question: str) -> list[tuple[str, str]]:
     return chosen
 
 
-# An aspect with fewer verified claims than this after the first round is searched again, on its own words.
-ASPECT_MIN_CLAIMS = 3
+# The follow-up round asks about each aspect again with this many of the words its claims name most.
+EXPANSION_TERMS = 6
+# ... words that at least this many pages' claims about the aspect name (one page's pet word is no lead).
+EXPANSION_MIN_PAGES = 3
+_FOLLOW_UP_PREFIX = "What else do the sources report about "
 
 
-def thin_aspects(evidence: SynthesisInput) -> list[tuple[str, str]]:
-    """(sub-question, query) for each aspect of the plan whose sub-question has fewer than
-    ASPECT_MIN_CLAIMS verified claims: searched again on the aspect's own words only, without the
-    subject's, which the first round's query shared with every other aspect."""
-    counts = Counter(
-        claim.subquestion_id for claim in evidence.claims if claim.status is ClaimStatus.verified
-    )
+def expansion_terms(
+    aspect: str, question: str, claims: list[Claim], limit: int = EXPANSION_TERMS
+) -> list[str]:
+    """The words the verified claims about an aspect name far more often than the other claims do
+    (relevance feedback, as in RM3): for "engine design", the parts the pages say were changed. A word is
+    ranked by its contribution to the divergence of the aspect's claims from all the claims (p log p/q);
+    numbers, the question's own words and words of fewer than EXPANSION_MIN_PAGES pages are left out.
+    Each word is given as the claims most often spell it."""
+    own = frozenset(content_stems(aspect)) - _ASKING
+    spelled = [(claim.page_id, content_words(claim.quote)) for claim in claims]
+    bags = [(page, frozenset(stem(word) for word in words)) for page, words in spelled]
+    about = [(page, bag) for page, bag in bags if bag & own]
+    if not own or not about:
+        return []
+    everywhere = Counter(term for _, bag in bags for term in bag)
+    near = Counter(term for _, bag in about for term in bag)
+    pages: dict[str, set[str]] = {}
+    for page, bag in about:
+        for term in bag:
+            pages.setdefault(term, set()).add(page)
+    asked = frozenset(content_stems(question)) | own | _ASKING
+
+    def divergence(term: str) -> float:
+        inside, overall = near[term] / len(about), everywhere[term] / len(bags)
+        return inside * math.log(inside / overall)
+
+    scored = {
+        term: divergence(term)
+        for term in near
+        if term not in asked and not term[0].isdigit() and len(pages[term]) >= EXPANSION_MIN_PAGES
+    }
+    ranked = [
+        term for term, score in sorted(scored.items(), key=lambda pair: (-pair[1], pair[0])) if score > 0
+    ]
+    forms = Counter(word.casefold() for _, words in spelled for word in words)
+    shown = {}
+    for word, _ in forms.most_common():
+        shown.setdefault(stem(word), word)
+    return [shown.get(term, term) for term in ranked[:limit]]
+
+
+def follow_ups(evidence: SynthesisInput) -> list[tuple[str, str]]:
+    """(sub-question, query) for each aspect of the plan, asked again with the words its first-round
+    claims name most (`expansion_terms`): the pages read once for the aspect's own words are read again
+    for what they say about it in other words."""
+    verified = [claim for claim in evidence.claims if claim.status is ClaimStatus.verified]
     asked = dict(aspects(evidence.question))
-    return [
-        (f"What else do the sources report about {sub.text.removeprefix(_ASPECT_PREFIX).rstrip('?')}?",
-         " ".join(content_words(sub.text.removeprefix(_ASPECT_PREFIX))))
-        for sub in evidence.subquestions
-        if sub.text in asked and counts[sub.id] < ASPECT_MIN_CLAIMS
-    ]  # fmt: skip
+    found = []
+    for sub in evidence.subquestions:
+        if sub.text not in asked:
+            continue
+        aspect = sub.text.removeprefix(_ASPECT_PREFIX).rstrip("?")
+        terms = expansion_terms(aspect, evidence.question, verified)
+        if terms:
+            own = content_words(aspect)
+            found.append((f"{_FOLLOW_UP_PREFIX}{aspect}: {', '.join(terms)}?", " ".join([*own, *terms])))
+    return found
+
+
+def follow_up_terms(subquestions: list[SubQuestion]) -> frozenset[str]:
+    """The words the follow-up round asked about (`follow_ups`): claims naming them are on an aspect."""
+    return (
+        frozenset(
+            stem
+            for sub in subquestions
+            if sub.text.startswith(_FOLLOW_UP_PREFIX)
+            for stem in content_stems(sub.text.removeprefix(_FOLLOW_UP_PREFIX))
+        )
+        - _ASKING
+    )

@@ -24,7 +24,7 @@ from citeflow.contracts import (
     SynthesisInput,
 )
 from citeflow.extractive.answer import Answerer, bridges, gather, names_title
-from citeflow.extractive.digest import aspects, digest, thin_aspects
+from citeflow.extractive.digest import aspects, digest, follow_ups
 from citeflow.extractive.kind import ReportKind, report_kind
 from citeflow.extractive.question import key_phrases, question_entities, question_sides, read_question
 from citeflow.roles import Engine
@@ -162,7 +162,7 @@ class ExtractivePlanner:
         if report_kind(evidence.question) is ReportKind.digest:
             return [
                 SubQuestion(id=f"f{n}", position=n, text=text, query=query)
-                for n, (text, query) in enumerate(thin_aspects(evidence)[: max(limit, 0)])
+                for n, (text, query) in enumerate(follow_ups(evidence)[: max(limit, 0)])
             ]
         shape = read_question(evidence.question)
         found = bridges(shape, gather(evidence), limit)
