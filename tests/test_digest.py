@@ -122,7 +122,7 @@ def test_the_caps_bound_the_findings() -> None:
 def verified(quotes: list[tuple[str, str]], subquestion: str = "q1") -> list[Claim]:
     return [
         Claim(
-            id=f"C{n}", run_id="r1", subquestion_id=subquestion, page_id=f"p{source[1:]}", page_hash="h",
+            id=f"C{n}", subquestion_id=subquestion, page_id=f"p{source[1:]}", page_hash="h",
             text=quote, quote=quote, status=ClaimStatus.verified, source_id=source,
         )
         for n, (source, quote) in enumerate(quotes, start=1)
