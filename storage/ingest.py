@@ -266,13 +266,15 @@ def ingest_paths(
             yield batch
 
     created = not store.is_lake and not store.path.exists()
+    committed = False
     try:
         with store.session():  # one open of the file for the write and the index rebuild
             counts = store.put_page_batches(batches, max_chars=max_chars)
+            committed = True
             report.new, report.unchanged, report.changed = counts.new, counts.unchanged, counts.changed
             refresh_index(store)
     except BaseException:
-        if created:  # the write rolled back; a file this ingest made would only be an empty store
+        if created and not committed:  # the write rolled back: a file this ingest made is an empty store
             for made in (store.path, store.path.with_name(store.path.name + ".wal")):
                 made.unlink(missing_ok=True)
         raise
