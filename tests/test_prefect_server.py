@@ -4,64 +4,25 @@ and the repository's prefect.yaml (one deployment per recurring topic) deployed 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import REPO
+from prefect_servers import prefect_server
 
 pytestmark = pytest.mark.server
 BIN = Path(sys.executable).parent
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A real Prefect server; yields the environment that points commands at it."""
-    port = free_port()
-    home = tmp_path_factory.mktemp("prefect-home")
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home),
-        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
-        "PREFECT_UI_API_URL": f"http://127.0.0.1:{port}/api",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-    }
-    log = (home / "server.log").open("w")
-    process = subprocess.Popen(
-        [BIN / "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 150
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
-            time.sleep(1)
+    with prefect_server(tmp_path_factory.mktemp("prefect-home")) as env:
         yield env
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
 
 
 def api(env: dict[str, str], path: str, body: dict | None = None) -> list[dict]:
