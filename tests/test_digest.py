@@ -129,6 +129,16 @@ def verified(quotes: list[tuple[str, str]], subquestion: str = "q1") -> list[Cla
     ]  # fmt: skip
 
 
+def evidence_of(question: str, claims: list[Claim], title: str) -> SynthesisInput:
+    """The verified `claims` as one sub-question's evidence, each source S<n> a page titled `title`."""
+    ids = sorted({claim.source_id for claim in claims}, key=lambda source: int(source[1:]))
+    sources = [
+        Source(id=i, page_id=f"p{i[1:]}", url=f"https://example.org/{i[1:]}", title=title, stored_at=READ)
+        for i in ids
+    ]
+    return SynthesisInput(question=question, subquestions=SUBS, claims=claims, sources=sources)
+
+
 def test_each_aspect_of_an_open_question_is_asked_again_with_the_words_its_claims_name() -> None:
     question = (
         'In the context of "The Harbour Strike of Port Ellis", what do the sources report about wages and '
@@ -169,13 +179,7 @@ def test_a_number_in_a_name_is_no_conflict_but_the_same_measure_with_another_val
         ("S3", "The Falcon 9 rocket engines give 7600 kN of thrust at sea level."),
         ("S4", "The Falcon 9 rocket engines give 8200 kN of thrust at sea level."),
     ])  # fmt: skip
-    sources = [
-        Source(id=f"S{n}", page_id=f"p{n}", url=f"https://example.org/{n}", title="Falcon 9", stored_at=READ)
-        for n in range(1, 5)
-    ]
-    found = digest(
-        SynthesisInput(question=question, subquestions=SUBS, claims=claims, sources=sources), 12, 400
-    )
+    found = digest(evidence_of(question, claims, "Falcon 9"), 12, 400)
     assert [sorted(item.source_id for item in pair) for pair in found.conflicts] == [["S3", "S4"]]
 
 
@@ -189,12 +193,7 @@ def test_a_finding_never_cites_a_page_whose_quotes_negate_it() -> None:
         ("S2", "The ferry terminal was never closed, unlike the port."),
         ("S3", "For nine days the Harbour strike closed the port to ships, officials said."),
     ])  # fmt: skip
-    sources = [
-        Source(id=f"S{n}", page_id=f"p{n}", url=f"https://example.org/{n}", title="Port news", stored_at=READ)
-        for n in range(1, 4)
-    ]
-    evidence = SynthesisInput(question=question, subquestions=SUBS, claims=claims, sources=sources)
-    draft = extractive_engine().synthesiser.write(evidence)
+    draft = extractive_engine().synthesiser.write(evidence_of(question, claims, "Port news"))
     [closed] = [sentence for sentence in draft.sentences if "nine days" in sentence.text]
     assert sorted(closed.cites) == ["S1", "S3"]  # S1 and S3 corroborate it; S2 is left out
     assert mechanical_critique(draft, claims).approved
