@@ -192,19 +192,6 @@ def test_a_stage_s_code_version_covers_what_it_calls_and_not_the_other_stages() 
     assert code_version("tasks.verifier") != code_version("tasks.writer")
 
 
-def test_stages_computing_their_code_versions_at_once_get_the_serial_answers() -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tasks import caching
-
-    stages = ["tasks.planner", "tasks.researcher", "tasks.verifier", "tasks.writer", "tasks.finish"] * 4
-    serial = {stage: caching.code_version(stage) for stage in stages}
-    caching._code_version.cache_clear()  # as in a fresh worker process, whose mapped tasks start together
-    with ThreadPoolExecutor(len(stages)) as pool:
-        concurrent = dict(zip(stages, pool.map(caching.code_version, stages), strict=True))
-    assert concurrent == serial
-
-
 def cached_results_since(started: float) -> list[Any]:
     """The values of every stage result cached since `started` (epoch seconds), read back as Prefect reads
     them from its result storage."""
