@@ -49,6 +49,8 @@ EXTENSIONS = {
 }
 # Two processes migrating a new lake at once conflict; the loser retries and finds it migrated.
 OPEN_ATTEMPTS = 5
+# How long a reader or writer of a SQLite catalog waits for another's lock before failing.
+SQLITE_BUSY_TIMEOUT_MS = 10_000
 UNCHANGED = "the store is unchanged"
 CONSTRAINTS = re.compile(r",\s*PRIMARY KEY\s*\([^)]*\)|\s+PRIMARY KEY\b|\s+UNIQUE\b", re.IGNORECASE)
 
@@ -187,6 +189,11 @@ def attach(
             options.append("READ_ONLY")
         if snapshot is not None:
             options.append(f"SNAPSHOT_VERSION {int(snapshot)}")
+        if catalog.startswith("sqlite:"):
+            # The threads of one process reach a SQLite catalog through connections of their own; with
+            # SQLite's default journal and no busy timeout, one thread's commit fails another's read
+            # at once with "database is locked" (duckdb/ducklake#128).
+            options.append(f"META_JOURNAL_MODE 'WAL', META_BUSY_TIMEOUT {SQLITE_BUSY_TIMEOUT_MS}")
         if catalog.startswith("sqlite:"):
             Path(catalog[len("sqlite:") :]).parent.mkdir(parents=True, exist_ok=True)
         elif not catalog.startswith("postgres:"):

@@ -89,7 +89,9 @@ ROLLED_BACK = "this step was rolled back; everything stored before it is intact"
 # grows from FIRST_RETRY_SECONDS to MAX_RETRY_SECONDS (a commit to a PostgreSQL catalog takes tens of ms).
 FIRST_RETRY_SECONDS = 0.02
 MAX_RETRY_SECONDS = 1.0
-CONFLICT = "Transaction conflict"
+# What a refused lake commit says: a conflict with another commit, or (on a SQLite catalog) a lock
+# SQLite will not wait for, because waiting would deadlock a reader turning writer (duckdb/ducklake#1309).
+CONFLICTS = ("Transaction conflict", "database is locked")
 # DuckLake keeps no PRIMARY KEY, so two processes could each find a page id missing and insert it.
 # Every page write on a lake also updates this one-row table (unused on a lake otherwise: the
 # full-text index is per process there), so of two page writes committing at once DuckLake refuses the
@@ -218,8 +220,8 @@ class EvidenceStore:
                     if pages and self.is_lake:
                         cur.execute(PAGE_WRITE_GUARD)
                 return result
-            except duckdb.TransactionException as error:
-                if not self.is_lake or CONFLICT not in str(error) or time.monotonic() >= deadline:
+            except duckdb.Error as error:
+                if not self.is_lake or not _conflicted(error) or time.monotonic() >= deadline:
                     raise
                 log.debug("lake write conflicted with another commit; trying again: %s", first_line(error))
                 time.sleep(delay * random.uniform(0.5, 1.5))
@@ -463,6 +465,10 @@ class EvidenceStore:
             self.load_fts()  # users rank pages with match_bm25; and no file but the store is reachable
             with self.cursor() as cur:
                 return run_select(cur, sql, self.settings)
+
+
+def _conflicted(error: duckdb.Error) -> bool:
+    return any(marker in str(error) for marker in CONFLICTS)
 
 
 def read_only_query(

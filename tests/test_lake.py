@@ -9,11 +9,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from lake_servers import S3, Postgres, postgres_bin, postgres_server, s3_server
 
+from citeflow.config import StoreSettings
 from citeflow.errors import InputError
 from storage.store import EvidenceStore, close_stores
 
@@ -22,6 +24,7 @@ CITEFLOW = str(Path(sys.executable).parent / "citeflow")
 WRITERS = 3
 SHARED_PAGES = 8
 OWN_PAGES = 3
+LAKE_THREADS = 6
 
 needs_postgres = pytest.mark.skipif(
     postgres_bin() is None,
@@ -134,6 +137,30 @@ def test_every_command_works_on_a_sqlite_lake(tmp_path: Path) -> None:
     assert sql(env, tmp_path, "SELECT count(*) AS n FROM pages") == [{"n": 2}]
     with pytest.raises(InputError, match="compaction is for a DuckLake store"):
         EvidenceStore(tmp_path / "copy.duckdb").compact(keep_days=0)
+
+
+def test_threads_of_one_process_share_a_sqlite_lake_without_lock_errors(tmp_path: Path) -> None:
+    """Mapped tasks are threads: each commits runs and reads them back through its own cursor, as verify
+    tasks do. SQLite refuses a reader while another connection commits unless the catalog waits."""
+    store = EvidenceStore(
+        Path(f"ducklake:sqlite:{tmp_path / 'catalog.sqlite'}"),
+        settings=StoreSettings(data_path=str(tmp_path / "data") + "/"),
+    )
+    runs_each = 6
+
+    def work(thread: int) -> int:
+        for n in range(runs_each):
+            store.start_run(f"t{thread}-{n}", f"question {thread} {n}", "extractive", "local", "{}")
+            store.recent_runs(limit=3)
+        return thread
+
+    try:
+        with ThreadPoolExecutor(max_workers=LAKE_THREADS) as pool:
+            finished = list(pool.map(work, range(LAKE_THREADS)))
+        assert finished == list(range(LAKE_THREADS))
+        assert len(store.recent_runs()) == LAKE_THREADS * runs_each
+    finally:
+        close_stores()
 
 
 def copy_counts(stdout: str) -> dict[str, int]:
