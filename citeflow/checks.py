@@ -8,6 +8,7 @@ sources, one about someone else, ships citing four.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from citeflow.contracts import (
@@ -94,7 +95,8 @@ def supporting_cites(sentence: DraftSentence, claims_by_source: dict[str, list[C
     no verified claim's source is kept, for `classify` to report; duplicates are dropped."""
     cites = list(dict.fromkeys(sentence.cites))
     own = set(content_stems(sentence.text))
-    named = {stemmed for name in names(sentence.text) for stemmed in content_stems(name)}
+    evidence = [claim.quote for source in claims_by_source.values() for claim in source]
+    named = {stemmed for name in _stated_names(sentence.text, evidence) for stemmed in content_stems(name)}
     covers = {
         cite: _covered(sentence.text, claims_by_source[cite]) for cite in cites if cite in claims_by_source
     }
@@ -106,6 +108,25 @@ def supporting_cites(sentence: DraftSentence, claims_by_source: dict[str, list[C
         if not covers[cite] or (covers[cite] <= others and (weak or about_another)):
             kept.remove(cite)
     return kept
+
+
+def _stated_names(text: str, evidence: list[str]) -> list[str]:
+    """The names a sentence states. Its first word is capitalised by grammar ("Scientists estimate ..."),
+    so it counts as a name only where the evidence also capitalises it inside a sentence."""
+    found = names(text)
+    first = text.split()[0] if text.split() else ""
+    if found and first.startswith(found[0]) and not any(_named_inside(found[0], quote) for quote in evidence):
+        return found[1:]
+    return found
+
+
+def _named_inside(word: str, text: str) -> bool:
+    """Whether `text` has `word`, capitalised as given, after the first word of one of its sentences."""
+    for match in re.finditer(rf"\b{re.escape(word)}\b", text):
+        before = text[: match.start()].rstrip()
+        if before and before[-1] not in ".!?:\"'(":
+            return True
+    return False
 
 
 def prune_citations(draft: Draft, claims: list[Claim]) -> tuple[Draft, int]:

@@ -190,3 +190,24 @@ def test_citations_that_support_nothing_in_the_sentence_are_dropped() -> None:
     pruned, dropped = prune_citations(draft, claims)
     assert [s.cites for s in pruned.sentences] == [["S1"], ["S1", "S4"], ["S9"]]
     assert dropped == 4  # S3 and S2 of the first, the repeated S1 and S2 of the second
+
+
+def test_a_capitalised_first_word_is_no_name_unless_the_evidence_capitalises_it_inside_a_sentence() -> None:
+    released = "that the plume releases about 900 kilograms of ice a second."
+    claims = [
+        claim("C1.1", f"Scientists estimate {released}", "S1"),
+        claim("C2.1", f"The agency estimates {released}", "S2"),
+        claim("C3.1", f"Marlow estimates {released}", "S3"),
+        claim("C4.1", "The survey led by Marlow found the plume.", "S4"),
+    ]
+    draft = Draft(
+        sentences=[
+            # "Scientists" begins the sentence: S2 says the same without it and stays cited.
+            sentence(f"Scientists estimate {released}", "S1", "S2"),
+            # "Marlow" is a name (S4 writes it inside a sentence): S2, which never names Marlow, goes.
+            sentence(f"Marlow estimates {released}", "S3", "S2"),
+        ]
+    )
+    pruned, dropped = prune_citations(draft, claims)
+    assert [s.cites for s in pruned.sentences] == [["S1", "S2"], ["S3"]]
+    assert dropped == 1
