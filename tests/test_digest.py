@@ -168,6 +168,11 @@ def test_each_aspect_of_an_open_question_is_asked_again_with_the_words_its_claim
     # A claim naming a word the follow-up asked about is on the aspect, though it lacks the aspect's own.
     expanded = expansion_terms("wages", question, claims)
     assert expanded[0] == "overtime" and "harbour" not in expanded and "strike" not in expanded
+    # What the follow-up found is grouped under the aspect it asked about again, never under its own text.
+    more = verified([("S7", "Overtime pay at the Harbour docks was cut by a third in spring.")], "q4")
+    followed = [*plan, follow[0].model_copy(update={"id": "q4", "position": len(plan)})]
+    found = digest(evidence.model_copy(update={"subquestions": followed, "claims": more}), 12, 400)
+    assert [finding.section for finding in found.opening + found.grouped] == [plan[1].id]
 
 
 def test_a_number_in_a_name_is_no_conflict_but_the_same_measure_with_another_value_is() -> None:

@@ -362,14 +362,27 @@ def _corroborating(finding: Finding, items: list[Item], rarity: dict[str, float]
 def _aspect_of(finding: Finding, subquestions: list[SubQuestion]) -> str:
     """The sub-question a finding is grouped under: of the plan's sub-questions after the first (the
     question itself), the one whose own words (its text, minus the question's usual words) the finding's
-    sentence holds most of; else the sub-question its claim answered."""
-    best, best_shared = finding.lead.claim.subquestion_id, 0
-    for sub in subquestions[1:]:
+    sentence holds most of; else the sub-question its claim answered. A follow-up (`follow_ups`) is never
+    a heading: its claims are grouped under the aspect it asked about again."""
+    plan = [sub for sub in subquestions if not sub.text.startswith(_FOLLOW_UP_PREFIX)]
+    answered = next((sub for sub in subquestions if sub.id == finding.lead.claim.subquestion_id), None)
+    best, best_shared = _followed(answered, plan) if answered else finding.lead.claim.subquestion_id, 0
+    for sub in plan[1:]:
         own = frozenset(content_stems(sub.text)) - _ASKING
         shared = len(own & finding.lead.stems)
         if shared > best_shared:
             best, best_shared = sub.id, shared
     return best
+
+
+def _followed(sub: SubQuestion, plan: list[SubQuestion]) -> str:
+    """The plan's sub-question a follow-up asked about again (the question's own when no aspect of the
+    plan is it); any other sub-question is its own."""
+    if not sub.text.startswith(_FOLLOW_UP_PREFIX):
+        return sub.id
+    aspect = sub.text.removeprefix(_FOLLOW_UP_PREFIX).rsplit(":", 1)[0]
+    asked = (item.id for item in plan if item.text == f"{_ASPECT_PREFIX}{aspect}?")
+    return next(asked, plan[0].id if plan else sub.id)
 
 
 def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest:
