@@ -61,34 +61,38 @@ def number_sources(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[Source]:
         """,
         {"run": run_id, "verified": ClaimStatus.verified.value},
     )
-    cur.execute("UPDATE run_sources SET source_id = NULL WHERE run_id = ?", [run_id])
-    cur.execute("UPDATE claims SET source_id = NULL WHERE run_id = ?", [run_id])
     sources = [Source(id=f"S{number}", **row) for number, row in enumerate(cited, start=1)]
-    for source in sources:
-        cur.execute(
-            "UPDATE run_sources SET source_id = ? WHERE run_id = ? AND page_id = ?",
-            [source.id, run_id, source.page_id],
-        )
-        cur.execute(
-            "UPDATE claims SET source_id = ? WHERE run_id = ? AND page_id = ? AND status = ?",
-            [source.id, run_id, source.page_id, ClaimStatus.verified.value],
-        )
+    # On a lake an UPDATE conflicts with other runs' inserts into its table until it commits: one short
+    # statement a table, not one a source, keeps the transaction short enough to commit while many write.
+    number, parameters = _lookup("run_sources", "page_id", {s.page_id: s.id for s in sources})
+    cur.execute(f"UPDATE run_sources SET source_id = {number} WHERE run_id = ?", [*parameters, run_id])
+    number, parameters = _lookup("claims", "page_id", {s.page_id: s.id for s in sources})
+    cur.execute(
+        f"UPDATE claims SET source_id = CASE WHEN status = ? THEN {number} END WHERE run_id = ?",
+        [ClaimStatus.verified.value, *parameters, run_id],
+    )
     return sources
 
 
 def renumber_sources(cur: duckdb.DuckDBPyConnection, run_id: str, numbers: dict[str, str]) -> None:
-    """Replace each source id of the run (old -> new) in claims and run_sources."""
+    """Replace each source id of the run (old -> new) in claims and run_sources, one statement a table."""
     for table in ("claims", "run_sources"):
-        # Through a prefix no id has, so that S2 -> S1 never meets the S1 -> S2 of the same pass.
+        new, parameters = _lookup(table, "source_id", numbers)
         cur.execute(
-            f"UPDATE {table} SET source_id = '~' || source_id WHERE run_id = ? AND source_id IS NOT NULL",
-            [run_id],
+            f"UPDATE {table} SET source_id = coalesce({new}, source_id) "
+            "WHERE run_id = ? AND source_id IS NOT NULL",
+            [*parameters, run_id],
         )
-        for old, new in numbers.items():
-            cur.execute(
-                f"UPDATE {table} SET source_id = ? WHERE run_id = ? AND source_id = ?",
-                [new, run_id, f"~{old}"],
-            )
+
+
+def _lookup(table: str, column: str, ids: dict[str, str]) -> tuple[str, list[str]]:
+    """An SQL expression for the id `ids` gives a row's `column` (NULL where it gives none), and its
+    parameters."""
+    if not ids:
+        return "NULL", []
+    rows = ", ".join("(?, ?)" for _ in ids)
+    expression = f"(SELECT n.id FROM (VALUES {rows}) AS n(key, id) WHERE n.key = {table}.{column})"
+    return expression, [item for pair in ids.items() for item in pair]
 
 
 def add_sentences(cur: duckdb.DuckDBPyConnection, sentences: list[ReportSentence]) -> None:
