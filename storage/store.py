@@ -89,9 +89,10 @@ ROLLED_BACK = "this step was rolled back; everything stored before it is intact"
 # grows from FIRST_RETRY_SECONDS to MAX_RETRY_SECONDS (a commit to a PostgreSQL catalog takes tens of ms).
 FIRST_RETRY_SECONDS = 0.02
 MAX_RETRY_SECONDS = 1.0
-# What a refused lake commit says: a conflict with another commit, or (on a SQLite catalog) a lock
-# SQLite will not wait for, because waiting would deadlock a reader turning writer (duckdb/ducklake#1309).
-CONFLICTS = ("Transaction conflict", "database is locked")
+# What a refused lake commit says: a conflict with another commit; DuckLake's own retries of the commit
+# (10, about 11 s) used up while many processes commit at once; or (on a SQLite catalog) a lock SQLite will
+# not wait for, because waiting would deadlock a reader turning writer (duckdb/ducklake#1309).
+CONFLICTS = ("Transaction conflict", "Exceeded the maximum retry count", "database is locked")
 # DuckLake keeps no PRIMARY KEY, so two processes could each find a page id missing and insert it.
 # Every page write on a lake also updates this one-row table (unused on a lake otherwise: the
 # full-text index is per process there), so of two page writes committing at once DuckLake refuses the
