@@ -4,18 +4,24 @@ by another through a shared S3 result storage block (moto on loopback), each wit
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from openai_server import Reply, ScriptedServer
+from openai_server import Reply, ScriptedServer, role_of
 from prefect_servers import prefect_server
 from role_server import RoleServer
 
+from citeflow.contracts import ClaimStatus
 from citeflow.llm.client import limit_name
 
 pytestmark = pytest.mark.server
@@ -174,3 +180,259 @@ def test_a_topic_run_on_another_worker_reuses_the_first_workers_stages(
     assert {name.split("-")[0] for name in second} >= {"plan", "research", "verify", "synthesise"}
     assert set(second.values()) == {"Cached"}, second
     assert "Cached" not in first.values(), first
+
+
+# Twelve recurring topics over citeflow's own documents, each a deployment of its own (runs of one topic
+# never overlap; topics run side by side). The question goes with the run: the topics file in the
+# repository holds only its own two topics.
+TOPICS = {
+    "quote-offsets": "How does citeflow check that a quote appears on a page?",
+    "store-pages": "Where does the evidence store keep its pages and runs?",
+    "lake-catalog": "What does a DuckLake catalog hold for a shared store?",
+    "model-limits": "How are model calls to one endpoint bounded across workers?",
+    "shared-cache": "How do several workers share cached stages?",
+    "store-copy": "How is a store copied into a lake and back?",
+    "bm25-search": "How does local search rank pages with BM25?",
+    "stage-failures": "What happens to a run when one of its stages fails?",
+    "critic-role": "What does the critic check in a drafted report?",
+    "recurring-topics": "How are recurring research topics scheduled as deployments?",
+    "partial-reports": "When is a report partial rather than complete?",
+    "time-travel": "How can a reader see the lake as it was when a run finished?",
+}
+WORKERS = ("worker-1", "worker-2", "worker-3")
+RUNS_PER_WORKER = 4  # `--limit`: no worker takes all twelve runs before the others poll
+FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+TABLES = ("pages", "runs", "claims", "report_sentences", "model_calls")
+
+
+def api(method: str, url: str, body: dict | None = None) -> Any:
+    """One call to the Prefect API, tried again on 503 and 429 as Prefect's own client does: the
+    server's SQLite database answers 503 while busy with twelve runs' writes."""
+    for attempt in range(8):
+        response = httpx.request(method, url, json=body, timeout=30)
+        if response.status_code not in {429, 503}:
+            break
+        time.sleep(0.5 * 2**attempt)
+    response.raise_for_status()
+    return response.json()
+
+
+def flow_runs(api_url: str, ids: list[str]) -> list[dict]:
+    return api("POST", f"{api_url}/flow_runs/filter", {"flow_runs": {"id": {"any_": ids}}})
+
+
+def task_states(api_url: str, flow_run_id: str) -> dict[str, str]:
+    """Each task run of a flow run but the finish step (which always runs): its name and state name."""
+    tasks = api("POST", f"{api_url}/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
+    return {task["name"]: task["state"]["name"] for task in tasks if not task["name"].startswith("finish")}
+
+
+def worker_of(run: dict) -> str:
+    return run.get("labels", {}).get("prefect.worker.name", "")
+
+
+def logs_of(folder: Path) -> str:
+    return "\n".join(f"--- {log.name}\n{log.read_text()[-2500:]}" for log in sorted(folder.glob("*.log")))
+
+
+def finished(api_url: str, ids: list[str], seconds: float, folder: Path) -> list[dict]:
+    """The flow runs once each is in a final state; fails, with the workers' logs, after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        runs = flow_runs(api_url, ids)
+        if len(runs) == len(ids) and all(run["state"]["type"] in FINAL for run in runs):
+            return runs
+        if time.monotonic() > deadline:
+            states = [(run["name"], run["state"]["type"], worker_of(run)) for run in runs]
+            pytest.fail(f"flow runs not finished after {seconds} s: {states}\n{logs_of(folder)}")
+        time.sleep(2)
+
+
+def start_run(api_url: str, topic: str, question: str) -> str:
+    """A run of the topic's deployment, created through the API as `prefect deployment run` does."""
+    deployment = api("GET", f"{api_url}/deployments/name/citeflow-research/{topic}")
+    created = api(
+        "POST",
+        f"{api_url}/deployments/{deployment['id']}/create_flow_run",
+        {"parameters": {"question": question}},
+    )
+    return created["id"]
+
+
+def online_workers(api_url: str) -> set[str]:
+    workers = api("POST", f"{api_url}/work_pools/citeflow/workers/filter", {})
+    return {worker["name"] for worker in workers if worker.get("status") == "ONLINE"}
+
+
+@pytest.mark.timeout(600)
+def test_twelve_topic_runs_on_three_workers_share_one_lake(
+    prefect: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20, tested for real on loopback: 3 workers, one DuckLake (PostgreSQL catalog, data in S3),
+    one result bucket, 12 topic runs triggered at once over the ingested docs; then a topic run again on
+    another worker, answered from the cache."""
+    pytest.importorskip("prefect_aws", reason="prefect-aws is missing: pip install citeflow[scale]")
+    pytest.importorskip("moto", reason="moto[server] is missing: it is a test dependency")
+    from conftest import REPO
+    from lake_servers import postgres_bin, postgres_server, s3_server
+
+    if postgres_bin() is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; scripts/setup dev does it)")
+    from citeflow.config import StoreSettings
+    from deployments.topics import generated_prefect_yaml
+    from flows.topics import Topic
+    from storage.store import EvidenceStore, close_stores
+    from tasks.audit import audit_run, claim_problem
+
+    started = time.monotonic()
+    bin_dir = Path(sys.executable).parent
+    prefect_cli, citeflow_cli = str(bin_dir / "prefect"), str(bin_dir / "citeflow")
+    api_url = prefect["PREFECT_API_URL"]
+    topics = [Topic(name=name, question=question, cron="0 0 1 1 *") for name, question in TOPICS.items()]
+    prefect_yaml = tmp_path / "prefect.yaml"  # as `citeflow topics add` writes it, for these topics
+    prefect_yaml.write_text(generated_prefect_yaml(topics))
+
+    with postgres_server() as postgres, s3_server("citeflow") as s3, RoleServer() as model:
+        postgres.create_database("workers")
+        location = postgres.location("workers")
+        data_path = f"s3://{s3.bucket}/lake/"
+        lake = {"CITEFLOW_DB": location, "CITEFLOW_STORE__DATA_PATH": data_path, **s3.env()}
+        ingest = subprocess.run(
+            [citeflow_cli, "ingest", "docs"],
+            cwd=REPO,
+            env={**prefect, **lake},
+            capture_output=True,
+            text=True,
+        )
+        assert ingest.returncode == 0, ingest.stderr[-3000:]
+        ingested = int(re.search(r"(\d+) new", ingest.stdout).group(1))  # type: ignore[union-attr]
+        assert ingested > 0, ingest.stdout
+        subprocess.run([prefect_cli, "work-pool", "create", "citeflow", "--type", "process", "--overwrite"],
+                       env=prefect, check=True, capture_output=True)  # fmt: skip
+        deployed = subprocess.run(
+            [prefect_cli, "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_yaml)],
+            cwd=REPO, env=prefect, capture_output=True, text=True,
+        )  # fmt: skip
+        assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+        subprocess.run([sys.executable, "-c", RESULTS_BLOCK, s3.endpoint, s3.bucket], env=prefect, check=True)
+
+        workers: dict[str, subprocess.Popen] = {}
+        try:
+            for name in WORKERS:
+                home = tmp_path / name
+                home.mkdir()
+                env = {
+                    **prefect,
+                    **lake,
+                    "PREFECT_HOME": str(home),
+                    "PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK": "s3-bucket/citeflow-results",
+                    "PREFECT_WORKER_QUERY_SECONDS": "1",
+                    "CITEFLOW_REPORTS": str(home / "reports"),
+                    "OPENAI_BASE_URL": model.url,
+                    "CITEFLOW_MODEL": "test-model",
+                    "OPENAI_API_KEY": "sk-worker-test",
+                    # Sized as for a hosted endpoint: with the 1 slot of a server on this machine, twelve
+                    # runs' calls queued minutes for the limit on a busy Prefect server.
+                    "CITEFLOW_MODELS__MAX_CONCURRENT_PER_ENDPOINT": "16",
+                }
+                with (tmp_path / f"{name}.log").open("w") as log:
+                    workers[name] = subprocess.Popen(
+                        [prefect_cli, "worker", "start", "--pool", "citeflow", "--name", name,
+                         "--limit", str(RUNS_PER_WORKER)],
+                        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                    )  # fmt: skip
+            deadline = time.monotonic() + 120
+            while online_workers(api_url) < set(WORKERS):
+                assert time.monotonic() < deadline, f"workers not online: {logs_of(tmp_path)}"
+                assert all(w.poll() is None for w in workers.values()), logs_of(tmp_path)
+                time.sleep(1)
+
+            # Twelve topic runs at once.
+            triggered = time.monotonic()
+            first_runs = {topic.name: start_run(api_url, topic.name, topic.question) for topic in topics}
+            runs = finished(api_url, list(first_runs.values()), 420, tmp_path)
+            twelve_seconds = time.monotonic() - triggered
+            calls_of_twelve = len(model.requests)
+
+            by_id = {run["id"]: run for run in runs}
+            states = {topic: by_id[run_id]["state"]["type"] for topic, run_id in first_runs.items()}
+            assert set(states.values()) == {"COMPLETED"}, f"{states}\n{logs_of(tmp_path)}"
+            ran_on = {topic: worker_of(by_id[run_id]) for topic, run_id in first_runs.items()}
+            spread = Counter(ran_on.values())
+            print(f"\n12 topic runs finished in {twelve_seconds:.1f} s, runs per worker: {dict(spread)}")
+            assert set(spread) <= set(WORKERS) and len(spread) > 1, ran_on  # not one worker doing it all
+
+            counts = sql_row(citeflow_cli, {**os.environ, **lake}, tmp_path, tables_sql())
+            print("rows per table after the 12 runs:", counts, f"model requests: {calls_of_twelve}")
+            assert counts["pages"] == counts["page_ids"] == ingested, counts  # each page once, none added
+            assert counts["runs"] == len(TOPICS), counts
+            assert counts["model_calls"] == calls_of_twelve, counts  # each call the server answered, once
+            assert counts["claims"] == counts["claim_ids"], counts  # (run, claim id) once each
+
+            # Every claim of every run against the lake, with the product's audit (`citeflow audit`).
+            for name, value in lake.items():
+                monkeypatch.setenv(name, value)
+            store = EvidenceStore.open(Path(location), settings=StoreSettings(data_path=data_path))
+            try:
+                statuses = {run.run_id: run.status.value for run in store.recent_runs()}
+                assert set(statuses) == set(first_runs.values()), statuses
+                assert set(statuses.values()) <= {"complete", "partial"}, statuses
+                verified = 0
+                for run_id in first_runs.values():
+                    audited = audit_run(store, run_id)
+                    assert audited.sound, audited.model_dump()
+                    claims = store.claims(run_id, ClaimStatus.verified)
+                    assert claims, f"run {run_id} verified no claim"
+                    problems = [claim_problem(c, store.get_page(c.page_id), latest=False) for c in claims]
+                    assert not any(problems), [p for p in problems if p]
+                    verified += len(claims)
+                print(f"audit: {verified} verified claims of {len(first_runs)} runs hold on the lake; "
+                      f"run statuses {dict(Counter(statuses.values()))}")  # fmt: skip
+            finally:
+                close_stores()
+
+            # The same topic again on another worker: the worker that ran it is stopped first.
+            topic = topics[0]
+            first_worker = ran_on[topic.name]
+            workers[first_worker].terminate()
+            workers[first_worker].wait(timeout=30)
+            before = len(model.requests)
+            [again] = finished(api_url, [start_run(api_url, topic.name, topic.question)], 240, tmp_path)
+            repeat_calls = len(model.requests) - before
+            print(f"repeat of {topic.name}: first on {first_worker}, again on {worker_of(again)}, "
+                  f"{repeat_calls} model calls")  # fmt: skip
+            assert again["state"]["type"] == "COMPLETED", again["state"]
+            assert worker_of(again) not in {"", first_worker}, again.get("labels")
+            assert repeat_calls == 0, [role_of(r) for r in model.requests[before:]]  # no model call
+            stages = task_states(api_url, again["id"])
+            assert {name.split("-")[0] for name in stages} >= {"plan", "research", "verify", "synthesise"}
+            assert set(stages.values()) == {"Cached"}, stages
+            assert "Cached" not in task_states(api_url, first_runs[topic.name]).values()
+        finally:
+            for process in workers.values():
+                process.terminate()
+            for process in workers.values():
+                process.wait(timeout=30)
+    print(f"wall time {time.monotonic() - started:.1f} s")
+
+
+def tables_sql() -> str:
+    counts = ", ".join(f"(SELECT count(*) FROM {table}) AS {table}" for table in TABLES)
+    return (
+        f"SELECT {counts}, (SELECT count(DISTINCT id) FROM pages) AS page_ids, "
+        "(SELECT count(DISTINCT (run_id, id)) FROM claims) AS claim_ids"
+    )
+
+
+def sql_row(citeflow_cli: str, env: dict[str, str], cwd: Path, statement: str) -> dict[str, int]:
+    done = subprocess.run(
+        [citeflow_cli, "sql", "--json", statement],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    [row] = [json.loads(line) for line in done.stdout.splitlines()]
+    return row
