@@ -194,7 +194,6 @@ def attach(
             # SQLite's default journal and no busy timeout, one thread's commit fails another's read
             # at once with "database is locked" (duckdb/ducklake#128).
             options.append(f"META_JOURNAL_MODE 'WAL', META_BUSY_TIMEOUT {SQLITE_BUSY_TIMEOUT_MS}")
-        if catalog.startswith("sqlite:"):
             Path(catalog[len("sqlite:") :]).parent.mkdir(parents=True, exist_ok=True)
         elif not catalog.startswith("postgres:"):
             Path(catalog).parent.mkdir(parents=True, exist_ok=True)
