@@ -99,6 +99,22 @@ S3Bucket(bucket_name=sys.argv[2], credentials=credentials, bucket_folder="result
 """
 
 
+def worker_env(prefect: dict[str, str], home: Path, model_url: str, store: dict[str, str]) -> dict[str, str]:
+    """A `prefect worker`'s environment: its own PREFECT_HOME, the shared S3 result block, the scripted
+    model, and `store` (where the evidence store is, and any setting of its own)."""
+    return {
+        **prefect,
+        **store,
+        "PREFECT_HOME": str(home),
+        "PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK": "s3-bucket/citeflow-results",
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "CITEFLOW_REPORTS": str(home / "reports"),
+        "OPENAI_BASE_URL": model_url,
+        "CITEFLOW_MODEL": "test-model",
+        "OPENAI_API_KEY": "sk-worker-test",
+    }
+
+
 def test_a_topic_run_on_another_worker_reuses_the_first_workers_stages(
     prefect: dict[str, str], tmp_path: Path
 ) -> None:
@@ -124,17 +140,7 @@ def test_a_topic_run_on_another_worker_reuses_the_first_workers_stages(
         for worker in ("worker-a", "worker-b"):  # one after the other: the second run lands on worker-b
             home = tmp_path / worker
             home.mkdir()
-            env = {
-                **prefect,
-                "PREFECT_HOME": str(home),
-                "PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK": "s3-bucket/citeflow-results",
-                "PREFECT_WORKER_QUERY_SECONDS": "1",
-                "CITEFLOW_DB": str(db),
-                "CITEFLOW_REPORTS": str(home / "reports"),
-                "OPENAI_BASE_URL": model.url,
-                "CITEFLOW_MODEL": "test-model",
-                "OPENAI_API_KEY": "sk-worker-test",
-            }
+            env = worker_env(prefect, home, model.url, {"CITEFLOW_DB": str(db)})
             before = len(model.requests)
             log = (tmp_path / f"{worker}.log").open("w")
             process = subprocess.Popen(
@@ -321,20 +327,10 @@ def test_twelve_topic_runs_on_three_workers_share_one_lake(
             for name in WORKERS:
                 home = tmp_path / name
                 home.mkdir()
-                env = {
-                    **prefect,
-                    **lake,
-                    "PREFECT_HOME": str(home),
-                    "PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK": "s3-bucket/citeflow-results",
-                    "PREFECT_WORKER_QUERY_SECONDS": "1",
-                    "CITEFLOW_REPORTS": str(home / "reports"),
-                    "OPENAI_BASE_URL": model.url,
-                    "CITEFLOW_MODEL": "test-model",
-                    "OPENAI_API_KEY": "sk-worker-test",
-                    # Sized as for a hosted endpoint: with the 1 slot of a server on this machine, twelve
-                    # runs' calls queued minutes for the limit on a busy Prefect server.
-                    "CITEFLOW_MODELS__MAX_CONCURRENT_PER_ENDPOINT": "16",
-                }
+                # Model slots sized as for a hosted endpoint: with the 1 slot of a server on this machine,
+                # twelve runs' calls queued minutes for the limit on a busy Prefect server.
+                slots = {"CITEFLOW_MODELS__MAX_CONCURRENT_PER_ENDPOINT": "16"}
+                env = worker_env(prefect, home, model.url, {**lake, **slots})
                 with (tmp_path / f"{name}.log").open("w") as log:
                     workers[name] = subprocess.Popen(
                         [prefect_cli, "worker", "start", "--pool", "citeflow", "--name", name,
