@@ -58,6 +58,9 @@ class Postgres:
     def location(self, dbname: str) -> str:
         return f"ducklake:postgres:dbname={dbname} host=127.0.0.1 port={self.port} user={self.user}"
 
+    def sqlalchemy_url(self, dbname: str) -> str:
+        return f"postgresql+asyncpg://{self.user}@127.0.0.1:{self.port}/{dbname}"
+
     def create_database(self, dbname: str) -> None:
         assert (bin_dir := postgres_bin()) is not None
         subprocess.run(

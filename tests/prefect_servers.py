@@ -17,8 +17,11 @@ BIN = Path(sys.executable).parent
 
 
 @contextmanager
-def prefect_server(home: Path) -> Iterator[dict[str, str]]:
-    """A real Prefect server whose own home is `home`; yields the environment that points processes at it."""
+def prefect_server(home: Path, database: str | None = None) -> Iterator[dict[str, str]]:
+    """A real Prefect server whose own home is `home`; yields the environment that points processes at it.
+
+    `database` is an SQLAlchemy URL for the server's own database; without it, SQLite in `home`.
+    """
     port = free_port()
     env = {
         **os.environ,
@@ -32,7 +35,7 @@ def prefect_server(home: Path) -> Iterator[dict[str, str]]:
     with log_path.open("w") as log:
         process = subprocess.Popen(
             [BIN / "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
+            env={**env, "PREFECT_API_DATABASE_CONNECTION_URL": database} if database else env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )

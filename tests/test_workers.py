@@ -272,7 +272,7 @@ def online_workers(api_url: str) -> set[str]:
 
 @pytest.mark.timeout(600)
 def test_twelve_topic_runs_on_three_workers_share_one_lake(
-    prefect: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 20, tested for real on loopback: 3 workers, one DuckLake (PostgreSQL catalog, data in S3),
     one result bucket, 12 topic runs triggered at once over the ingested docs; then a topic run again on
@@ -293,122 +293,130 @@ def test_twelve_topic_runs_on_three_workers_share_one_lake(
     started = time.monotonic()
     bin_dir = Path(sys.executable).parent
     prefect_cli, citeflow_cli = str(bin_dir / "prefect"), str(bin_dir / "citeflow")
-    api_url = prefect["PREFECT_API_URL"]
     topics = [Topic(name=name, question=question, cron="0 0 1 1 *") for name, question in TOPICS.items()]
     prefect_yaml = tmp_path / "prefect.yaml"  # as `citeflow topics add` writes it, for these topics
     prefect_yaml.write_text(generated_prefect_yaml(topics))
 
     with postgres_server() as postgres, s3_server("citeflow") as s3, RoleServer() as model:
         postgres.create_database("workers")
-        location = postgres.location("workers")
-        data_path = f"s3://{s3.bucket}/lake/"
-        lake = {"CITEFLOW_DB": location, "CITEFLOW_STORE__DATA_PATH": data_path, **s3.env()}
-        ingest = subprocess.run(
-            [citeflow_cli, "ingest", "docs"],
-            cwd=REPO,
-            env={**prefect, **lake},
-            capture_output=True,
-            text=True,
-        )
-        assert ingest.returncode == 0, ingest.stderr[-3000:]
-        ingested = int(re.search(r"(\d+) new", ingest.stdout).group(1))  # type: ignore[union-attr]
-        assert ingested > 0, ingest.stdout
-        subprocess.run([prefect_cli, "work-pool", "create", "citeflow", "--type", "process", "--overwrite"],
-                       env=prefect, check=True, capture_output=True)  # fmt: skip
-        deployed = subprocess.run(
-            [prefect_cli, "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_yaml)],
-            cwd=REPO, env=prefect, capture_output=True, text=True,
-        )  # fmt: skip
-        assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
-        subprocess.run([sys.executable, "-c", RESULTS_BLOCK, s3.endpoint, s3.bucket], env=prefect, check=True)
+        postgres.create_database("prefect")
+        # The server on PostgreSQL, as for a team: on its default SQLite, twelve runs at once made it refuse
+        # writes ("Service Unavailable") until a worker gave up submitting a run, which Prefect marks crashed.
+        server_home = tmp_path / "prefect-server"
+        server_home.mkdir()
+        with prefect_server(server_home, database=postgres.sqlalchemy_url("prefect")) as prefect:
+            api_url = prefect["PREFECT_API_URL"]
+            location = postgres.location("workers")
+            data_path = f"s3://{s3.bucket}/lake/"
+            lake = {"CITEFLOW_DB": location, "CITEFLOW_STORE__DATA_PATH": data_path, **s3.env()}
+            ingest = subprocess.run(
+                [citeflow_cli, "ingest", "docs"],
+                cwd=REPO,
+                env={**prefect, **lake},
+                capture_output=True,
+                text=True,
+            )
+            assert ingest.returncode == 0, ingest.stderr[-3000:]
+            ingested = int(re.search(r"(\d+) new", ingest.stdout).group(1))  # type: ignore[union-attr]
+            assert ingested > 0, ingest.stdout
+            pool = [prefect_cli, "work-pool", "create", "citeflow", "--type", "process", "--overwrite"]
+            subprocess.run(pool, env=prefect, check=True, capture_output=True)
+            deployed = subprocess.run(
+                [prefect_cli, "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_yaml)],
+                cwd=REPO, env=prefect, capture_output=True, text=True,
+            )  # fmt: skip
+            assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+            subprocess.run(
+                [sys.executable, "-c", RESULTS_BLOCK, s3.endpoint, s3.bucket], env=prefect, check=True
+            )
 
-        workers: dict[str, subprocess.Popen] = {}
-        try:
-            for name in WORKERS:
-                home = tmp_path / name
-                home.mkdir()
-                # Model slots sized as for a hosted endpoint: with the 1 slot of a server on this machine,
-                # twelve runs' calls queued minutes for the limit on a busy Prefect server.
-                slots = {"CITEFLOW_MODELS__MAX_CONCURRENT_PER_ENDPOINT": "16"}
-                env = worker_env(prefect, home, model.url, {**lake, **slots})
-                with (tmp_path / f"{name}.log").open("w") as log:
-                    workers[name] = subprocess.Popen(
-                        [prefect_cli, "worker", "start", "--pool", "citeflow", "--name", name,
-                         "--limit", str(RUNS_PER_WORKER)],
-                        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                    )  # fmt: skip
-            deadline = time.monotonic() + 120
-            while online_workers(api_url) < set(WORKERS):
-                assert time.monotonic() < deadline, f"workers not online: {logs_of(tmp_path)}"
-                assert all(w.poll() is None for w in workers.values()), logs_of(tmp_path)
-                time.sleep(1)
-
-            # Twelve topic runs at once.
-            triggered = time.monotonic()
-            first_runs = {topic.name: start_run(api_url, topic.name, topic.question) for topic in topics}
-            runs = finished(api_url, list(first_runs.values()), 420, tmp_path)
-            twelve_seconds = time.monotonic() - triggered
-            calls_of_twelve = len(model.requests)
-
-            by_id = {run["id"]: run for run in runs}
-            states = {topic: by_id[run_id]["state"]["type"] for topic, run_id in first_runs.items()}
-            assert set(states.values()) == {"COMPLETED"}, f"{states}\n{logs_of(tmp_path)}"
-            ran_on = {topic: worker_of(by_id[run_id]) for topic, run_id in first_runs.items()}
-            spread = Counter(ran_on.values())
-            print(f"\n12 topic runs finished in {twelve_seconds:.1f} s, runs per worker: {dict(spread)}")
-            assert set(spread) <= set(WORKERS) and len(spread) > 1, ran_on  # not one worker doing it all
-
-            counts = sql_row(citeflow_cli, {**os.environ, **lake}, tmp_path, tables_sql())
-            print("rows per table after the 12 runs:", counts, f"model requests: {calls_of_twelve}")
-            assert counts["pages"] == counts["page_ids"] == ingested, counts  # each page once, none added
-            assert counts["runs"] == len(TOPICS), counts
-            assert counts["model_calls"] == calls_of_twelve, counts  # each call the server answered, once
-            assert counts["claims"] == counts["claim_ids"], counts  # (run, claim id) once each
-
-            # Every claim of every run against the lake, with the product's audit (`citeflow audit`).
-            for name, value in lake.items():
-                monkeypatch.setenv(name, value)
-            store = EvidenceStore.open(Path(location), settings=StoreSettings(data_path=data_path))
+            workers: dict[str, subprocess.Popen] = {}
             try:
-                statuses = {run.run_id: run.status.value for run in store.recent_runs()}
-                assert set(statuses) == set(first_runs.values()), statuses
-                assert set(statuses.values()) <= {"complete", "partial"}, statuses
-                verified = 0
-                for run_id in first_runs.values():
-                    audited = audit_run(store, run_id)
-                    assert audited.sound, audited.model_dump()
-                    claims = store.claims(run_id, ClaimStatus.verified)
-                    assert claims, f"run {run_id} verified no claim"
-                    problems = [claim_problem(c, store.get_page(c.page_id), latest=False) for c in claims]
-                    assert not any(problems), [p for p in problems if p]
-                    verified += len(claims)
-                print(f"audit: {verified} verified claims of {len(first_runs)} runs hold on the lake; "
-                      f"run statuses {dict(Counter(statuses.values()))}")  # fmt: skip
-            finally:
-                close_stores()
+                for name in WORKERS:
+                    home = tmp_path / name
+                    home.mkdir()
+                    # Model slots sized as for a hosted endpoint: with the 1 slot of a server on this machine,
+                    # twelve runs' calls queued minutes for the limit on a busy Prefect server.
+                    slots = {"CITEFLOW_MODELS__MAX_CONCURRENT_PER_ENDPOINT": "16"}
+                    env = worker_env(prefect, home, model.url, {**lake, **slots})
+                    with (tmp_path / f"{name}.log").open("w") as log:
+                        workers[name] = subprocess.Popen(
+                            [prefect_cli, "worker", "start", "--pool", "citeflow", "--name", name,
+                             "--limit", str(RUNS_PER_WORKER)],
+                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                        )  # fmt: skip
+                deadline = time.monotonic() + 120
+                while online_workers(api_url) < set(WORKERS):
+                    assert time.monotonic() < deadline, f"workers not online: {logs_of(tmp_path)}"
+                    assert all(w.poll() is None for w in workers.values()), logs_of(tmp_path)
+                    time.sleep(1)
 
-            # The same topic again on another worker: the worker that ran it is stopped first.
-            topic = topics[0]
-            first_worker = ran_on[topic.name]
-            workers[first_worker].terminate()
-            workers[first_worker].wait(timeout=30)
-            before = len(model.requests)
-            [again] = finished(api_url, [start_run(api_url, topic.name, topic.question)], 240, tmp_path)
-            repeat_calls = len(model.requests) - before
-            print(f"repeat of {topic.name}: first on {first_worker}, again on {worker_of(again)}, "
-                  f"{repeat_calls} model calls")  # fmt: skip
-            assert again["state"]["type"] == "COMPLETED", again["state"]
-            assert worker_of(again) not in {"", first_worker}, again.get("labels")
-            assert repeat_calls == 0, [role_of(r) for r in model.requests[before:]]  # no model call
-            stages = task_states(api_url, again["id"])
-            assert {name.split("-")[0] for name in stages} >= {"plan", "research", "verify", "synthesise"}
-            assert set(stages.values()) == {"Cached"}, stages
-            assert "Cached" not in task_states(api_url, first_runs[topic.name]).values()
-        finally:
-            for process in workers.values():
-                process.terminate()
-            for process in workers.values():
-                process.wait(timeout=30)
+                # Twelve topic runs at once.
+                triggered = time.monotonic()
+                first_runs = {topic.name: start_run(api_url, topic.name, topic.question) for topic in topics}
+                runs = finished(api_url, list(first_runs.values()), 420, tmp_path)
+                twelve_seconds = time.monotonic() - triggered
+                calls_of_twelve = len(model.requests)
+
+                by_id = {run["id"]: run for run in runs}
+                states = {topic: by_id[run_id]["state"]["type"] for topic, run_id in first_runs.items()}
+                assert set(states.values()) == {"COMPLETED"}, f"{states}\n{logs_of(tmp_path)}"
+                ran_on = {topic: worker_of(by_id[run_id]) for topic, run_id in first_runs.items()}
+                spread = Counter(ran_on.values())
+                print(f"\n12 topic runs finished in {twelve_seconds:.1f} s, runs per worker: {dict(spread)}")
+                assert set(spread) <= set(WORKERS) and len(spread) > 1, ran_on  # not one worker doing it all
+
+                counts = sql_row(citeflow_cli, {**os.environ, **lake}, tmp_path, tables_sql())
+                print("rows per table after the 12 runs:", counts, f"model requests: {calls_of_twelve}")
+                assert counts["pages"] == counts["page_ids"] == ingested, counts  # each page once, none added
+                assert counts["runs"] == len(TOPICS), counts
+                assert counts["model_calls"] == calls_of_twelve, counts  # each call the server answered, once
+                assert counts["claims"] == counts["claim_ids"], counts  # (run, claim id) once each
+
+                # Every claim of every run against the lake, with the product's audit (`citeflow audit`).
+                for name, value in lake.items():
+                    monkeypatch.setenv(name, value)
+                store = EvidenceStore.open(Path(location), settings=StoreSettings(data_path=data_path))
+                try:
+                    statuses = {run.run_id: run.status.value for run in store.recent_runs()}
+                    assert set(statuses) == set(first_runs.values()), statuses
+                    assert set(statuses.values()) <= {"complete", "partial"}, statuses
+                    verified = 0
+                    for run_id in first_runs.values():
+                        audited = audit_run(store, run_id)
+                        assert audited.sound, audited.model_dump()
+                        claims = store.claims(run_id, ClaimStatus.verified)
+                        assert claims, f"run {run_id} verified no claim"
+                        problems = [claim_problem(c, store.get_page(c.page_id), latest=False) for c in claims]
+                        assert not any(problems), [p for p in problems if p]
+                        verified += len(claims)
+                    print(f"audit: {verified} verified claims of {len(first_runs)} runs hold on the lake; "
+                          f"run statuses {dict(Counter(statuses.values()))}")  # fmt: skip
+                finally:
+                    close_stores()
+
+                # The same topic again on another worker: the worker that ran it is stopped first.
+                topic = topics[0]
+                first_worker = ran_on[topic.name]
+                workers[first_worker].terminate()
+                workers[first_worker].wait(timeout=30)
+                before = len(model.requests)
+                [again] = finished(api_url, [start_run(api_url, topic.name, topic.question)], 240, tmp_path)
+                repeat_calls = len(model.requests) - before
+                print(f"repeat of {topic.name}: first on {first_worker}, again on {worker_of(again)}, "
+                      f"{repeat_calls} model calls")  # fmt: skip
+                assert again["state"]["type"] == "COMPLETED", again["state"]
+                assert worker_of(again) not in {"", first_worker}, again.get("labels")
+                assert repeat_calls == 0, [role_of(r) for r in model.requests[before:]]  # no model call
+                stages = task_states(api_url, again["id"])
+                assert {name.split("-")[0] for name in stages} >= {"plan", "research", "verify", "synthesise"}
+                assert set(stages.values()) == {"Cached"}, stages
+                assert "Cached" not in task_states(api_url, first_runs[topic.name]).values()
+            finally:
+                for process in workers.values():
+                    process.terminate()
+                for process in workers.values():
+                    process.wait(timeout=30)
     print(f"wall time {time.monotonic() - started:.1f} s")
 
 
