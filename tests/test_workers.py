@@ -13,13 +13,24 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from openai_server import Reply, ScriptedServer, role_of
 from prefect_servers import prefect_server
 from role_server import RoleServer
+from worker_pool import (
+    deploy,
+    finished,
+    logs_of,
+    save_results_block,
+    start_run,
+    start_workers,
+    stop_workers,
+    task_states,
+    worker_env,
+    worker_of,
+)
 
 from citeflow.contracts import ClaimStatus
 from citeflow.llm.client import limit_name
@@ -82,39 +93,6 @@ def test_without_the_shared_limit_each_process_bounds_itself(prefect: dict[str, 
         assert model.max_in_flight == 4
 
 
-RESULTS_BLOCK = """
-import sys
-from prefect_aws import AwsClientParameters, AwsCredentials, S3Bucket
-
-credentials = AwsCredentials(
-    aws_access_key_id="testing",
-    aws_secret_access_key="testing",
-    region_name="us-east-1",
-    aws_client_parameters=AwsClientParameters(endpoint_url=sys.argv[1]),
-)
-credentials.save("citeflow-moto", overwrite=True)
-S3Bucket(bucket_name=sys.argv[2], credentials=credentials, bucket_folder="results").save(
-    "citeflow-results", overwrite=True
-)
-"""
-
-
-def worker_env(prefect: dict[str, str], home: Path, model_url: str, store: dict[str, str]) -> dict[str, str]:
-    """A `prefect worker`'s environment: its own PREFECT_HOME, the shared S3 result block, the scripted
-    model, and `store` (where the evidence store is, and any setting of its own)."""
-    return {
-        **prefect,
-        **store,
-        "PREFECT_HOME": str(home),
-        "PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK": "s3-bucket/citeflow-results",
-        "PREFECT_WORKER_QUERY_SECONDS": "1",
-        "CITEFLOW_REPORTS": str(home / "reports"),
-        "OPENAI_BASE_URL": model_url,
-        "CITEFLOW_MODEL": "test-model",
-        "OPENAI_API_KEY": "sk-worker-test",
-    }
-
-
 def test_a_topic_run_on_another_worker_reuses_the_first_workers_stages(
     prefect: dict[str, str], tmp_path: Path
 ) -> None:
@@ -129,14 +107,10 @@ def test_a_topic_run_on_another_worker_reuses_the_first_workers_stages(
     subprocess.run(
         [str(bin_dir / "citeflow"), "ingest", "docs", "--db", str(db)], cwd=REPO, env=prefect, check=True
     )
-    subprocess.run(
-        [prefect_cli, "work-pool", "create", "citeflow", "--type", "process"], env=prefect, check=True
-    )
-    subprocess.run([prefect_cli, "--no-prompt", "deploy", "--all"], cwd=REPO, env=prefect, check=True,
-                   capture_output=True)  # fmt: skip
+    deploy(prefect, REPO / "prefect.yaml")
     model_requests = []
     with s3_server("prefect-results") as s3, RoleServer() as model:
-        subprocess.run([sys.executable, "-c", RESULTS_BLOCK, s3.endpoint, s3.bucket], env=prefect, check=True)
+        save_results_block(prefect, s3.endpoint, s3.bucket)
         for worker in ("worker-a", "worker-b"):  # one after the other: the second run lands on worker-b
             home = tmp_path / worker
             home.mkdir()
@@ -207,67 +181,7 @@ TOPICS = {
 }
 WORKERS = ("worker-1", "worker-2", "worker-3")
 RUNS_PER_WORKER = 4  # `--limit`: no worker takes all twelve runs before the others poll
-FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 TABLES = ("pages", "runs", "claims", "report_sentences", "model_calls")
-
-
-def api(method: str, url: str, body: dict | None = None) -> Any:
-    """One call to the Prefect API, tried again on 503 and 429 as Prefect's own client does: the
-    server's SQLite database answers 503 while busy with twelve runs' writes."""
-    for attempt in range(8):
-        response = httpx.request(method, url, json=body, timeout=30)
-        if response.status_code not in {429, 503}:
-            break
-        time.sleep(0.5 * 2**attempt)
-    response.raise_for_status()
-    return response.json()
-
-
-def flow_runs(api_url: str, ids: list[str]) -> list[dict]:
-    return api("POST", f"{api_url}/flow_runs/filter", {"flow_runs": {"id": {"any_": ids}}})
-
-
-def task_states(api_url: str, flow_run_id: str) -> dict[str, str]:
-    """Each task run of a flow run but the finish step (which always runs): its name and state name."""
-    tasks = api("POST", f"{api_url}/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
-    return {task["name"]: task["state"]["name"] for task in tasks if not task["name"].startswith("finish")}
-
-
-def worker_of(run: dict) -> str:
-    return run.get("labels", {}).get("prefect.worker.name", "")
-
-
-def logs_of(folder: Path) -> str:
-    return "\n".join(f"--- {log.name}\n{log.read_text()[-2500:]}" for log in sorted(folder.glob("*.log")))
-
-
-def finished(api_url: str, ids: list[str], seconds: float, folder: Path) -> list[dict]:
-    """The flow runs once each is in a final state; fails, with the workers' logs, after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        runs = flow_runs(api_url, ids)
-        if len(runs) == len(ids) and all(run["state"]["type"] in FINAL for run in runs):
-            return runs
-        if time.monotonic() > deadline:
-            states = [(run["name"], run["state"]["type"], worker_of(run)) for run in runs]
-            pytest.fail(f"flow runs not finished after {seconds} s: {states}\n{logs_of(folder)}")
-        time.sleep(2)
-
-
-def start_run(api_url: str, topic: str, question: str) -> str:
-    """A run of the topic's deployment, created through the API as `prefect deployment run` does."""
-    deployment = api("GET", f"{api_url}/deployments/name/citeflow-research/{topic}")
-    created = api(
-        "POST",
-        f"{api_url}/deployments/{deployment['id']}/create_flow_run",
-        {"parameters": {"question": question}},
-    )
-    return created["id"]
-
-
-def online_workers(api_url: str) -> set[str]:
-    workers = api("POST", f"{api_url}/work_pools/citeflow/workers/filter", {})
-    return {worker["name"] for worker in workers if worker.get("status") == "ONLINE"}
 
 
 @pytest.mark.timeout(600)
@@ -292,7 +206,7 @@ def test_twelve_topic_runs_on_three_workers_share_one_lake(
 
     started = time.monotonic()
     bin_dir = Path(sys.executable).parent
-    prefect_cli, citeflow_cli = str(bin_dir / "prefect"), str(bin_dir / "citeflow")
+    citeflow_cli = str(bin_dir / "citeflow")
     topics = [Topic(name=name, question=question, cron="0 0 1 1 *") for name, question in TOPICS.items()]
     prefect_yaml = tmp_path / "prefect.yaml"  # as `citeflow topics add` writes it, for these topics
     prefect_yaml.write_text(generated_prefect_yaml(topics))
@@ -319,41 +233,21 @@ def test_twelve_topic_runs_on_three_workers_share_one_lake(
             assert ingest.returncode == 0, ingest.stderr[-3000:]
             ingested = int(re.search(r"(\d+) new", ingest.stdout).group(1))  # type: ignore[union-attr]
             assert ingested > 0, ingest.stdout
-            pool = [prefect_cli, "work-pool", "create", "citeflow", "--type", "process", "--overwrite"]
-            subprocess.run(pool, env=prefect, check=True, capture_output=True)
-            deployed = subprocess.run(
-                [prefect_cli, "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_yaml)],
-                cwd=REPO, env=prefect, capture_output=True, text=True,
-            )  # fmt: skip
-            assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
-            subprocess.run(
-                [sys.executable, "-c", RESULTS_BLOCK, s3.endpoint, s3.bucket], env=prefect, check=True
-            )
+            deploy(prefect, prefect_yaml)
+            save_results_block(prefect, s3.endpoint, s3.bucket)
 
-            workers: dict[str, subprocess.Popen] = {}
+            # Model slots sized as for a hosted endpoint: with the 1 slot of a server on this machine, twelve
+            # runs' calls queued minutes for the limit on a busy Prefect server.
+            slots = {"CITEFLOW_MODELS__MAX_CONCURRENT_PER_ENDPOINT": "16"}
+            env_of = {}
+            for name in WORKERS:
+                (tmp_path / name).mkdir()
+                env_of[name] = worker_env(prefect, tmp_path / name, model.url, {**lake, **slots})
+            workers = start_workers(WORKERS, env_of, tmp_path, RUNS_PER_WORKER)
             try:
-                for name in WORKERS:
-                    home = tmp_path / name
-                    home.mkdir()
-                    # Model slots sized as for a hosted endpoint: with the 1 slot of a server on this machine,
-                    # twelve runs' calls queued minutes for the limit on a busy Prefect server.
-                    slots = {"CITEFLOW_MODELS__MAX_CONCURRENT_PER_ENDPOINT": "16"}
-                    env = worker_env(prefect, home, model.url, {**lake, **slots})
-                    with (tmp_path / f"{name}.log").open("w") as log:
-                        workers[name] = subprocess.Popen(
-                            [prefect_cli, "worker", "start", "--pool", "citeflow", "--name", name,
-                             "--limit", str(RUNS_PER_WORKER)],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                        )  # fmt: skip
-                deadline = time.monotonic() + 120
-                while online_workers(api_url) < set(WORKERS):
-                    assert time.monotonic() < deadline, f"workers not online: {logs_of(tmp_path)}"
-                    assert all(w.poll() is None for w in workers.values()), logs_of(tmp_path)
-                    time.sleep(1)
-
                 # Twelve topic runs at once.
                 triggered = time.monotonic()
-                first_runs = {topic.name: start_run(api_url, topic.name, topic.question) for topic in topics}
+                first_runs = {t.name: start_run(api_url, t.name, {"question": t.question}) for t in topics}
                 runs = finished(api_url, list(first_runs.values()), 420, tmp_path)
                 twelve_seconds = time.monotonic() - triggered
                 calls_of_twelve = len(model.requests)
@@ -401,7 +295,8 @@ def test_twelve_topic_runs_on_three_workers_share_one_lake(
                 workers[first_worker].terminate()
                 workers[first_worker].wait(timeout=30)
                 before = len(model.requests)
-                [again] = finished(api_url, [start_run(api_url, topic.name, topic.question)], 240, tmp_path)
+                again_id = start_run(api_url, topic.name, {"question": topic.question})
+                [again] = finished(api_url, [again_id], 240, tmp_path)
                 repeat_calls = len(model.requests) - before
                 print(f"repeat of {topic.name}: first on {first_worker}, again on {worker_of(again)}, "
                       f"{repeat_calls} model calls")  # fmt: skip
@@ -413,10 +308,7 @@ def test_twelve_topic_runs_on_three_workers_share_one_lake(
                 assert set(stages.values()) == {"Cached"}, stages
                 assert "Cached" not in task_states(api_url, first_runs[topic.name]).values()
             finally:
-                for process in workers.values():
-                    process.terminate()
-                for process in workers.values():
-                    process.wait(timeout=30)
+                stop_workers(workers)
     print(f"wall time {time.monotonic() - started:.1f} s")
 
 
