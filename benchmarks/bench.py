@@ -1,4 +1,4 @@
-"""Every benchmark of issue 13, against simulated model and web servers on loopback; writes RESULTS.md.
+"""Every benchmark of issues 13 and 20, against simulated servers on loopback; writes RESULTS.md.
 
     scripts/bench            the full benchmark (7-10 minutes on 2 shared cores): writes benchmarks/RESULTS.md
     scripts/bench --quick    small sizes and short delays (about 2 minutes, run by scripts/test): prints the
@@ -48,10 +48,11 @@ class Size:
     store_added: int
     store_claims: int
     freshness_hours: float  # the web freshness window of the re-run benchmark's runs
+    topic_runs: int  # topic runs on one worker, then on three (a multiple of 3)
 
 
-FULL = Size(1.0, 0.3, 50, (5, 4), (20, 10), 3, 100_000, 1_000, 1_000_000, 0.01)
-QUICK = Size(0.1, 0.02, 50, (2, 2), None, 1, 2_000, 100, 20_000, 0.002)
+FULL = Size(1.0, 0.3, 50, (5, 4), (20, 10), 3, 100_000, 1_000, 1_000_000, 0.01, 12)
+QUICK = Size(0.1, 0.02, 50, (2, 2), None, 1, 2_000, 100, 20_000, 0.002, 3)
 
 
 @dataclass
@@ -168,15 +169,22 @@ def citeflow_server(db: Path) -> Iterator[float]:
         stop_server(db)
 
 
-def dotted(sim: Any, folder: Path, name: str, size: tuple[int, int], **more: Any) -> dict[str, Any]:
+def dotted_settings(sim: Any, size: tuple[int, int]) -> dict[str, Any]:
+    """A run on the simulation at size S x P: `caps.subquestions_max` S, `caps.pages_per_search` P."""
     subquestions, pages = size
     return {
         **sim.settings(),
-        "db": str(folder / f"{name}.duckdb"),
-        "reports": str(folder / "reports"),
         "caps.subquestions_max": subquestions,
         "caps.subquestions_min": min(3, subquestions),
         "caps.pages_per_search": pages,
+    }
+
+
+def dotted(sim: Any, folder: Path, name: str, size: tuple[int, int], **more: Any) -> dict[str, Any]:
+    return {
+        **dotted_settings(sim, size),
+        "db": str(folder / f"{name}.duckdb"),
+        "reports": str(folder / "reports"),
         **more,
     }
 
@@ -354,7 +362,8 @@ def quick_memory(results: Results, sim: Any, folder: Path, server_db: Path, size
     results.add("5", "peak memory of that run's process tree", f"{run.peak_tree_mb:,.0f} MB")
 
 
-def store_scale(results: Results, folder: Path, size: Size) -> None:
+def store_scale(results: Results, folder: Path, size: Size) -> float:
+    """Item 4; returns the file store's ingest rate (pages/s), which item 7 compares a lake's with."""
     from store_scale import AGGREGATES, measure
 
     figures = measure(folder / "store", size.store_pages, size.store_added, size.store_claims)
@@ -378,6 +387,38 @@ def store_scale(results: Results, folder: Path, size: Size) -> None:
                     f"{aggregate:,.0f} ms", "< 1 s", aggregate < 1000)  # fmt: skip
 
     results.add("4", "store size on disk", f"{figures.size_bytes / 1e6:,.0f} MB")
+    return figures.pages_per_second
+
+
+def scale_out(results: Results, sim: Any, folder: Path, size: Size, file_rate: float) -> None:
+    """Item 7 (issue 20): one worker against three, `citeflow sql` meanwhile, ingest into a lake."""
+    from lake_servers import postgres_bin, postgres_server, s3_server
+    from scale_out import describe, lake_ingest_seconds, measure_workers
+
+    if postgres_bin() is None:
+        results.add("7", "workers and lake", "not measured: PostgreSQL is not installed (scripts/setup dev)")
+        return
+    with postgres_server() as postgres, s3_server("citeflow-bench") as s3:
+        parse, store, index = lake_ingest_seconds(postgres, s3, size.store_pages, folder / "lake-ingest")
+        rate = size.store_pages / (parse + store + index)
+        results.add(
+            "7", f"ingest {size.store_pages:,} generated pages into a lake (PostgreSQL catalog, S3 data)",
+            f"{rate:,.0f} pages/s vs {file_rate:,.0f} in the file store ({seconds(parse + store + index)}: "
+            f"parse {parse:.1f}, store {store:.1f}, index {index:.1f})",
+        )  # fmt: skip
+        one, three = measure_workers(
+            postgres, s3, sim, size.topic_runs, dotted_settings(sim, size.small), folder / "workers"
+        )
+    ratio = one.seconds / three.seconds
+    results.add(
+        "7", f"throughput of {size.topic_runs} topic runs, 3 workers vs 1 (one lake, one result bucket)",
+        f"{ratio:.2f}x ({three.seconds:.1f} s vs {one.seconds:.1f} s)", ">= 2.2x", ratio >= 2.2,
+    )  # fmt: skip
+    for phase in (one, three):
+        results.add("7", f"`citeflow sql` on the lake during the runs on {phase.workers} worker(s), median",
+                    f"{phase.sql_median_ms:,.0f} ms ({len(phase.sql_ms)} queries, {phase.sql_failures} "
+                    f"failed; before the runs {phase.idle_median_ms:,.0f} ms)")  # fmt: skip
+        results.note(f"- workers: {describe(phase)}.")
 
 
 def machine() -> str:
@@ -441,6 +482,16 @@ run); `--refresh` makes every stage compute.
    starts), sampled every 0.1 s.
 6. **Tokens**: the `model_calls` rows of item 1's {small} run; the simulated model reports usage as about
    four characters a token of what it is sent and returns.
+7. **Beyond one machine** (issue 20; benchmarks/scale_out.py): on loopback, PostgreSQL (the lake's catalog
+   and the Prefect server's database), moto (the lake's data and the S3 result bucket) and a Prefect
+   server; {topic_runs} topic deployments (`citeflow topics` prefect.yaml, process work pool) started at once,
+   each run {small} on the simulated model and web with `refresh` and `web.freshness_hours` = 0, so every
+   run computes every stage and fetches every page. First on one `prefect worker`, then on three, each
+   taking {per_worker} runs at a time and each phase on a lake of its own with citeflow's docs ingested;
+   throughput ratio = the one worker's seconds from start to the last run's end / the three workers'.
+   All of it shares this machine's cores: the three workers do not get three machines. Meanwhile
+   `citeflow sql` (a new process each time, a GROUP BY over `claims`) runs one query after another, a
+   second apart. Lake ingest: item 4's pages, generator and calls, into a new lake on the same servers.
 
 ## Defaults these figures are given at
 
@@ -489,6 +540,8 @@ def write_results(path: Path, results: Results, size: Size, took: float, load: s
             freshness=size.freshness_hours,
             added=f"{size.store_added:,}",
             small=f"{size.small[0]} x {size.small[1]}",
+            topic_runs=size.topic_runs,
+            per_worker=size.topic_runs // 3,
         ),  # fmt: skip
     ]
     path.write_text("\n".join(lines), encoding="utf-8")
@@ -509,7 +562,7 @@ def main() -> None:
     started = time.monotonic()
     try:
         with MachineLoad() as load:
-            store_scale(results, folder, size)
+            file_rate = store_scale(results, folder, size)
             from simulation import running_simulation
 
             server_db = folder / "served" / "server.duckdb"
@@ -525,6 +578,7 @@ def main() -> None:
                     startup(results, sim, folder, server_db, size, args.quick)
                 if args.quick:
                     quick_memory(results, sim, folder, server_db, size)
+                scale_out(results, sim, folder, size, file_rate)
         took = time.monotonic() - started
         print(load.describe())
         if out is not None:
