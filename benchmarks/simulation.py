@@ -10,7 +10,8 @@ threads neither share the measured process's interpreter lock nor count in its m
             the planner returns as many sub-questions as the prompt allows at most (one per study site),
             the verifier quotes, word for word, the sentences of the page text it was sent that share most
             words with the sub-question (as many as it may propose), the synthesiser writes one sentence per
-            verified claim citing its source, and the critic approves. Usage is reported as a real server
+            verified claim citing its source (for an open question's digest, one line per finding it is
+            shown, in its quote's words), and the critic approves. Usage is reported as a real server
             would, about four characters a token of what was sent and returned (tests/role_server.py).
   search    a SearXNG-format JSON endpoint on 127.0.0.1, answering after `fetch_delay`: the ten pages about
             the study site the query names.
@@ -44,6 +45,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from openai_server import EVIDENCE_LINE, UNTRUSTED_BLOCK, Received, Reply, ScriptedServer, json_reply, role_of  # noqa: E402
+from role_server import every_finding  # noqa: E402
 from web_servers import LoopbackServer, Request, html_page  # noqa: E402
 from web_servers import Reply as WebReply  # noqa: E402
 
@@ -128,7 +130,8 @@ def page_paragraphs(topic: int, page: int, version: int) -> tuple[str, ...]:
 
 
 def page_title(topic: int, page: int) -> str:
-    return f"{SITES[topic]} field notes, part {page + 1}"
+    # Titled with the survey the question names: a digest cites only pages that name its subject.
+    return f"Meridian field survey: {SITES[topic]} field notes, part {page + 1}"
 
 
 def page_path(topic: int, page: int) -> str:
@@ -197,9 +200,12 @@ class SimulatedModel(ScriptedServer):
 
     def answer(self, received: Received) -> Reply:
         role = role_of(received)
-        if role not in ROLES:
+        if role == "digest":  # an open question's digest is written in lines, not JSON
+            reply = every_finding(received, 0)
+        elif role in ROLES:
+            reply = json_reply(ROLES[role](received))
+        else:
             return Reply(status=400, error=f"the simulated model plays no {role} role")
-        reply = json_reply(ROLES[role](received))
         usage = (len(received.prompt) // 4 + 1, len(reply.content) // 4 + 1)
         return replace(reply, usage=usage, delay=self.delay)
 
