@@ -1,7 +1,7 @@
 """Every benchmark of issues 13 and 20, against simulated servers on loopback; writes RESULTS.md.
 
-    scripts/bench            the full benchmark (7-10 minutes on 2 shared cores): writes benchmarks/RESULTS.md
-    scripts/bench --quick    small sizes and short delays (about 2 minutes, run by scripts/test): prints the
+    scripts/bench            the full benchmark (about 30 minutes on 2 cores): writes benchmarks/RESULTS.md
+    scripts/bench --quick    small sizes and short delays (about 5 minutes, run by scripts/test): prints the
                              figures, compares none with its target, writes nothing unless --out is given
 
 Each run is a real run: the simulated model (benchmarks/simulation.py) answers after a fixed delay with

@@ -58,6 +58,7 @@ class Phase:
     idle_sql_ms: list[float] = field(default_factory=list)  # the same query just before the runs start
     sql_ms: list[float] = field(default_factory=list)
     sql_failures: int = 0
+    failures: list[str] = field(default_factory=list)  # the state message of each run that did not complete
 
     @property
     def runs_per_minute(self) -> float:
@@ -139,6 +140,11 @@ def run_phase(
             ended = finished(api_url, ids, 3600, folder)
             phase.seconds = time.monotonic() - started
         phase.states = Counter(run["state"]["type"] for run in ended)
+        phase.failures = [
+            " ".join((run["state"].get("message") or "").split())[:300]
+            for run in ended
+            if run["state"]["type"] != "COMPLETED"
+        ]
         return phase
     finally:
         stop_workers(pool)
@@ -211,4 +217,4 @@ def describe(phase: Phase) -> str:
         f"({phase.runs_per_minute:.1f} runs/min; {states}); `citeflow sql` during them: "
         f"{len(phase.sql_ms)} queries, median {phase.sql_median_ms:,.0f} ms, p95 {p95:,.0f} ms, "
         f"{phase.sql_failures} failed; the same query before the runs: median {phase.idle_median_ms:,.0f} ms"
-    )
+    ) + "".join(f"; a run that did not complete: {message}" for message in sorted(set(phase.failures)))
