@@ -4,9 +4,9 @@ they run, and ingest into a lake against the file store.
 Everything runs on loopback, as tests/test_workers.py runs it: PostgreSQL (the lake's catalog and the
 Prefect server's own database), moto (the lake's data files and the S3 result bucket every worker caches
 its stages in), a Prefect server, and the simulated model and web of benchmarks/simulation.py. Each phase
-has a lake of its own, so the second starts from what the first did: an empty store with citeflow's docs
-ingested. Runs are started with `refresh` and `web.freshness_hours = 0`, so every run computes every stage
-and fetches every page, whatever ran before it.
+has a lake of its own, so both start alike: an empty store with citeflow's docs ingested. Runs are
+started with `refresh` and `web.freshness_hours = 0`, so every run computes every stage and fetches every
+page, whatever ran before it.
 """
 
 from __future__ import annotations
