@@ -26,7 +26,7 @@ from typing import Any
 from lake_servers import S3, Postgres
 from prefect_servers import prefect_server
 from simulation import QUESTION, Simulation
-from store_scale import Corpus, ingest
+from store_scale import Corpus, ingest, percentile
 from worker_pool import (
     BIN,
     REPO,
@@ -66,11 +66,15 @@ class Phase:
 
     @property
     def sql_median_ms(self) -> float:
-        return statistics.median(self.sql_ms) if self.sql_ms else float("nan")
+        return median(self.sql_ms)
 
     @property
     def idle_median_ms(self) -> float:
-        return statistics.median(self.idle_sql_ms) if self.idle_sql_ms else float("nan")
+        return median(self.idle_sql_ms)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
 
 
 def sql_ms(env: dict[str, str]) -> float | None:
@@ -202,11 +206,6 @@ def lake_ingest_seconds(postgres: Postgres, s3: S3, pages: int, folder: Path) ->
             return ingest(store, jsonl)
         finally:
             store.close()
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
 
 
 def describe(phase: Phase) -> str:

@@ -55,6 +55,12 @@ AGGREGATES = {
 }
 
 
+def percentile(values: list[float], share: float) -> float:
+    """The value `share` of the way up the sorted values (nearest rank); NaN when there are none."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
+
+
 @dataclass
 class StoreFigures:
     pages: int
@@ -75,8 +81,7 @@ class StoreFigures:
         return self.pages / self.ingest_seconds
 
     def search_percentile(self, share: float) -> float:
-        ordered = sorted(self.search_ms)
-        return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+        return percentile(self.search_ms, share)
 
     def aggregate_median_ms(self, name: str) -> float:
         return statistics.median(self.aggregate_ms[name])

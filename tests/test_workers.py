@@ -116,11 +116,7 @@ def test_a_topic_run_on_another_worker_reuses_the_first_workers_stages(
             home.mkdir()
             env = worker_env(prefect, home, model.url, {"CITEFLOW_DB": str(db)})
             before = len(model.requests)
-            log = (tmp_path / f"{worker}.log").open("w")
-            process = subprocess.Popen(
-                [prefect_cli, "worker", "start", "--pool", "citeflow", "--name", worker],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+            started = start_workers((worker,), {worker: env}, tmp_path)
             try:
                 deployment_run = subprocess.run(
                     [prefect_cli, "deployment", "run", "citeflow-research/quote-verification", "--watch",
@@ -128,9 +124,7 @@ def test_a_topic_run_on_another_worker_reuses_the_first_workers_stages(
                     env=prefect, capture_output=True, text=True, timeout=300,
                 )  # fmt: skip
             finally:
-                process.terminate()
-                process.wait(timeout=30)
-                log.close()
+                stop_workers(started)
             worker_log = (tmp_path / f"{worker}.log").read_text()[-3000:]
             assert deployment_run.returncode == 0, deployment_run.stdout[-2000:] + worker_log
             assert not list(home.rglob("storage/*")), "a result was written under this worker's PREFECT_HOME"
