@@ -1,5 +1,10 @@
-"""The tables of what a run found and wrote: `claims` (every claim checked, verified or rejected, and the
-source it is cited as) and `report_sentences` (every sentence of the final check, kept or removed)."""
+"""The tables of what a run found and wrote: `claims` (every claim checked, verified or rejected),
+`source_numbers` (the source ids a run gave its cited pages) and `report_sentences` (every sentence of the
+final check, kept or removed).
+
+None of them is ever updated, only inserted into: on a lake an update conflicts with every other run's
+inserts into the same table (see migrations.m006_source_numbers). A claim's source id is therefore not a
+column of `claims` but read through the view `sources`, the run's latest numbering."""
 
 from __future__ import annotations
 
@@ -19,16 +24,23 @@ def _natural_key(identifier: str) -> tuple[str, int, str]:
     return (match.group(1), int(match.group(2)), identifier)
 
 
+# A claim is cited as the source its page was numbered, once verified.
+_CLAIM_SOURCE = "CASE WHEN c.status = 'verified' THEN s.source_id END AS source_id"
+
+
 def add(cur: duckdb.DuckDBPyConnection, run_id: str, claims: list[Claim]) -> None:
-    insert(cur, "claims", claims, run_id=run_id)
+    insert(cur, "claims", claims, omit=("source_id",), run_id=run_id)
 
 
 def of_run(cur: duckdb.DuckDBPyConnection, run_id: str, status: ClaimStatus | None) -> list[Claim]:
     """The run's claims, C1, C2, ... C10 in natural order; only those with `status` if given."""
-    sql = f"SELECT {columns(Claim)} FROM claims WHERE run_id = ?"
+    sql = (
+        f"SELECT {columns(Claim, 'c', omit=('source_id',))}, {_CLAIM_SOURCE} FROM claims c "
+        "LEFT JOIN sources s ON s.run_id = c.run_id AND s.page_id = c.page_id WHERE c.run_id = ?"
+    )
     params: list[str] = [run_id]
     if status is not None:
-        sql += " AND status = ?"
+        sql += " AND c.status = ?"
         params.append(status.value)
     return sorted(select(cur, Claim, sql, params), key=lambda claim: _natural_key(claim.id))
 
@@ -62,37 +74,27 @@ def number_sources(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[Source]:
         {"run": run_id, "verified": ClaimStatus.verified.value},
     )
     sources = [Source(id=f"S{number}", **row) for number, row in enumerate(cited, start=1)]
-    # On a lake an UPDATE conflicts with other runs' inserts into its table until it commits: one short
-    # statement a table, not one a source, keeps the transaction short enough to commit while many write.
-    number, parameters = _lookup("run_sources", "page_id", {s.page_id: s.id for s in sources})
-    cur.execute(f"UPDATE run_sources SET source_id = {number} WHERE run_id = ?", [*parameters, run_id])
-    number, parameters = _lookup("claims", "page_id", {s.page_id: s.id for s in sources})
-    cur.execute(
-        f"UPDATE claims SET source_id = CASE WHEN status = ? THEN {number} END WHERE run_id = ?",
-        [ClaimStatus.verified.value, *parameters, run_id],
-    )
+    _add_numbering(cur, run_id, {source.page_id: source.id for source in sources})
     return sources
 
 
 def renumber_sources(cur: duckdb.DuckDBPyConnection, run_id: str, numbers: dict[str, str]) -> None:
-    """Replace each source id of the run (old -> new) in claims and run_sources, one statement a table."""
-    for table in ("claims", "run_sources"):
-        new, parameters = _lookup(table, "source_id", numbers)
-        cur.execute(
-            f"UPDATE {table} SET source_id = coalesce({new}, source_id) "
-            "WHERE run_id = ? AND source_id IS NOT NULL",
-            [*parameters, run_id],
-        )
+    """Give the run's sources new ids (old id -> new id), as a new numbering of the run."""
+    current = cur.execute("SELECT page_id, source_id FROM sources WHERE run_id = ?", [run_id]).fetchall()
+    _add_numbering(cur, run_id, {page_id: numbers.get(old, old) for page_id, old in current})
 
 
-def _lookup(table: str, column: str, ids: dict[str, str]) -> tuple[str, list[str]]:
-    """An SQL expression for the id `ids` gives a row's `column` (NULL where it gives none), and its
-    parameters."""
-    if not ids:
-        return "NULL", []
-    rows = ", ".join("(?, ?)" for _ in ids)
-    expression = f"(SELECT n.id FROM (VALUES {rows}) AS n(key, id) WHERE n.key = {table}.{column})"
-    return expression, [item for pair in ids.items() for item in pair]
+def _add_numbering(cur: duckdb.DuckDBPyConnection, run_id: str, source_ids: dict[str, str]) -> None:
+    """Store {page id: source id} as the run's next numbering, which `sources` then shows."""
+    if not source_ids:
+        return
+    (latest,) = cur.execute(  # type: ignore[misc]
+        "SELECT coalesce(max(numbering), 0) FROM source_numbers WHERE run_id = ?", [run_id]
+    ).fetchone()
+    cur.executemany(
+        "INSERT INTO source_numbers (run_id, numbering, page_id, source_id) VALUES (?, ?, ?, ?)",
+        [[run_id, latest + 1, page_id, source_id] for page_id, source_id in source_ids.items()],
+    )
 
 
 def add_sentences(cur: duckdb.DuckDBPyConnection, sentences: list[ReportSentence]) -> None:

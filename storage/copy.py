@@ -24,6 +24,7 @@ TABLES: dict[str, list[str] | None] = {
     "search_results": None,
     "run_sources": None,
     "claims": None,
+    "source_numbers": None,
     "report_sentences": None,
     "model_calls": None,
     "traces": None,

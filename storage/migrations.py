@@ -178,12 +178,40 @@ def m005_report_kind(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def m006_source_numbers(con: duckdb.DuckDBPyConnection) -> None:
+    """Source numbers move out of `claims` and `run_sources` into `source_numbers`, which only ever gets
+    inserts; the view `sources` holds each run's latest numbering.
+
+    Numbering used to UPDATE claims and run_sources. On a lake an UPDATE deletes and re-inserts rows, and
+    any insert into a table conflicts with a delete from it committed meanwhile (DuckLake 1.5), so
+    every run's numbering made other runs' claims fail to commit. Inserts never conflict with inserts.
+    """
+    con.execute(
+        """
+        CREATE TABLE source_numbers (
+            run_id VARCHAR NOT NULL,
+            numbering INTEGER NOT NULL,
+            page_id VARCHAR NOT NULL,
+            source_id VARCHAR NOT NULL
+        );
+        INSERT INTO source_numbers
+            SELECT DISTINCT run_id, 1, page_id, source_id FROM run_sources WHERE source_id IS NOT NULL;
+        ALTER TABLE claims DROP COLUMN source_id;
+        ALTER TABLE run_sources DROP COLUMN source_id;
+        CREATE VIEW sources AS
+            SELECT n.run_id, n.page_id, n.source_id FROM source_numbers n
+            WHERE n.numbering = (SELECT max(m.numbering) FROM source_numbers m WHERE m.run_id = n.run_id);
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_run_owner,
     m003_run_topic,
     m004_model_call_text,
     m005_report_kind,
+    m006_source_numbers,
 ]
 
 

@@ -160,8 +160,7 @@ def cited(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[Page]:
     return select(
         cur,
         Page,
-        f"SELECT {columns(Page, 'p')} FROM pages p JOIN (SELECT DISTINCT page_id, source_id FROM run_sources "
-        "WHERE run_id = ? AND source_id IS NOT NULL) rs ON rs.page_id = p.id "
-        "ORDER BY length(rs.source_id), rs.source_id",
+        f"SELECT {columns(Page, 'p')} FROM pages p JOIN sources s ON s.page_id = p.id "
+        "WHERE s.run_id = ? ORDER BY length(s.source_id), s.source_id",
         [run_id],
     )

@@ -30,10 +30,11 @@ def to_column(value: datetime) -> datetime:
     return as_utc(value).replace(tzinfo=None)
 
 
-def columns(model: type[BaseModel], alias: str = "") -> str:
-    """The model's fields as a SELECT list, optionally qualified by a table alias."""
+def columns(model: type[BaseModel], alias: str = "", omit: tuple[str, ...] = ()) -> str:
+    """The model's fields as a SELECT list, optionally qualified by a table alias; `omit` names fields
+    the table does not hold (the caller selects them from elsewhere)."""
     prefix = f"{alias}." if alias else ""
-    return ", ".join(prefix + name for name in model.model_fields)
+    return ", ".join(prefix + name for name in model.model_fields if name not in omit)
 
 
 def named_rows(cur: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> list[dict[str, Any]]:
@@ -54,12 +55,22 @@ def select(cur: duckdb.DuckDBPyConnection, model: type[M], sql: str, params: Any
     return [model.model_validate(row) for row in named_rows(cur, sql, params)]
 
 
-def insert(cur: duckdb.DuckDBPyConnection, table: str, records: Sequence[BaseModel], **extra: Any) -> None:
-    """Insert records into the table that mirrors their model, plus `extra` columns equal for every row."""
+def insert(
+    cur: duckdb.DuckDBPyConnection,
+    table: str,
+    records: Sequence[BaseModel],
+    omit: tuple[str, ...] = (),
+    **extra: Any,
+) -> None:
+    """Insert records into the table that mirrors their model, but for the fields in `omit` (which the
+    table does not hold), plus `extra` columns equal for every row."""
     if not records:
         return
     rows = [
-        {name: to_column(v) if isinstance(v, datetime) else v for name, v in record.model_dump().items()}
+        {
+            name: to_column(v) if isinstance(v, datetime) else v
+            for name, v in record.model_dump(exclude=set(omit)).items()
+        }
         | extra
         for record in records
     ]

@@ -135,7 +135,7 @@ def add_search_results(
 
 
 def add_source(cur: duckdb.DuckDBPyConnection, source: RunSource) -> None:
-    insert(cur, "run_sources", [source])
+    insert(cur, "run_sources", [source], omit=("source_id",))  # numbered in `sources` (storage/claims.py)
 
 
 def sources(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[RunSource]:
@@ -143,8 +143,9 @@ def sources(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[RunSource]:
     return select(
         cur,
         RunSource,
-        f"SELECT {columns(RunSource, 'rs')} FROM run_sources rs LEFT JOIN subquestions sq "
-        "ON sq.run_id = rs.run_id AND sq.id = rs.subquestion_id "
+        f"SELECT {columns(RunSource, 'rs', omit=('source_id',))}, s.source_id FROM run_sources rs "
+        "LEFT JOIN sources s ON s.run_id = rs.run_id AND s.page_id = rs.page_id "
+        "LEFT JOIN subquestions sq ON sq.run_id = rs.run_id AND sq.id = rs.subquestion_id "
         "WHERE rs.run_id = ? ORDER BY sq.position NULLS LAST, rs.subquestion_id, rs.rank, rs.page_id",
         [run_id],
     )

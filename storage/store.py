@@ -406,8 +406,8 @@ class EvidenceStore:
         return self.write(lambda cur: claims_table.number_sources(cur, run_id))
 
     def renumber_sources(self, run_id: str, numbers: dict[str, str]) -> None:
-        """Give the run's sources new ids (old id -> new id) in claims and run_sources alike, so the store
-        numbers them as the report does (in the order it first cites them)."""
+        """Give the run's sources new ids (old id -> new id), so the store numbers them as the report
+        does (in the order it first cites them)."""
         self.write(lambda cur: claims_table.renumber_sources(cur, run_id, numbers))
 
     def add_report_sentences(self, sentences: list[ReportSentence]) -> None:

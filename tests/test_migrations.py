@@ -45,7 +45,9 @@ EXPECTED_SCHEMA = {
         "stored_at",
     ],
     "search_results": ["run_id", "subquestion_id", "provider", "rank", "url", "title", "snippet", "page_id"],
-    "run_sources": ["run_id", "subquestion_id", "page_id", "provider", "rank", "source_id"],
+    "run_sources": ["run_id", "subquestion_id", "page_id", "provider", "rank"],
+    "source_numbers": ["run_id", "numbering", "page_id", "source_id"],
+    "sources": ["run_id", "page_id", "source_id"],
     "claims": [
         "run_id",
         "id",
@@ -58,7 +60,6 @@ EXPECTED_SCHEMA = {
         "quote_end",
         "status",
         "reason",
-        "source_id",
     ],
     "report_sentences": ["run_id", "position", "section", "text", "cites", "status", "reason", "pages"],
     "model_calls": [
@@ -119,6 +120,7 @@ def test_reopening_does_not_rerun_migrations(tmp_path: Path) -> None:
         (3, "m003_run_topic"),
         (4, "m004_model_call_text"),
         (5, "m005_report_kind"),
+        (6, "m006_source_numbers"),
     ]
 
 
@@ -136,10 +138,40 @@ def test_a_version_1_store_gains_the_model_call_text_columns(tmp_path: Path) -> 
             "INSERT INTO model_calls VALUES ('r', 'planner', 'm', 'http://127.0.0.1:9/v1', 1, 2, false, "
             "0.1, 1, 'ok', 'h', '', now()::TIMESTAMP)"
         )
-        assert migrations.migrate(con) == migrations.LATEST_VERSION == 5
+        assert migrations.migrate(con) == migrations.LATEST_VERSION == 6
         assert con.execute("SELECT role, prompt, reply FROM model_calls").fetchall() == [("planner", "", "")]
     finally:
         con.close()
+
+
+def test_a_version_5_store_keeps_its_source_numbers_in_source_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(
+            "CREATE TABLE schema_migrations ("
+            "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        for number, migration in enumerate(migrations.MIGRATIONS[:5], start=1):
+            migration(con)
+            con.execute(
+                "INSERT INTO schema_migrations VALUES (?, ?, now()::TIMESTAMP)", [number, migration.__name__]
+            )
+        for page, rank, source in (("pa", 1, "S2"), ("pb", 2, None), ("pc", 3, "S1"), ("pc", 1, "S1")):
+            con.execute("INSERT INTO run_sources VALUES ('r', 'q1', ?, 'local', ?, ?)", [page, rank, source])
+        con.execute(
+            "INSERT INTO claims VALUES ('r', 'C1', 'q1', 'pa', 'h', 't', 'q', 0, 1, 'verified', '', 'S2')"
+        )
+    finally:
+        con.close()
+    with EvidenceStore.open(path) as store:
+        assert {(rs.page_id, rs.source_id) for rs in store.run_sources("r")} == {
+            ("pa", "S2"),
+            ("pb", None),
+            ("pc", "S1"),
+        }
+        assert [(claim.id, claim.source_id) for claim in store.claims("r")] == [("C1", "S2")]
+    assert "source_id" not in schema(path)["claims"]
 
 
 def test_a_failing_migration_leaves_the_store_at_its_old_version(
