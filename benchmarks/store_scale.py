@@ -143,8 +143,7 @@ def generate_claims(store: EvidenceStore, count: int) -> None:
             SELECT 'run-' || (i // 100), 'C' || (i % 100), 'q' || (i % 5 + 1), p.id, p.content_hash,
                    substr(p.text, 1 + (i % 400), 150), substr(p.text, 1 + (i % 400), 200),
                    i % 400, i % 400 + 200, CASE WHEN i % 4 = 0 THEN 'rejected' ELSE 'verified' END,
-                   CASE WHEN i % 4 = 0 THEN 'quote not found in page text' ELSE '' END,
-                   'S' || (i % 20 + 1)
+                   CASE WHEN i % 4 = 0 THEN 'quote not found in page text' ELSE '' END
             FROM range(?) t(i)
             JOIN (SELECT id, content_hash, text, row_number() OVER (ORDER BY id) - 1 AS n FROM pages) p
               ON p.n = i % ?
