@@ -124,16 +124,25 @@ def test_reopening_does_not_rerun_migrations(tmp_path: Path) -> None:
     ]
 
 
-def test_a_version_1_store_gains_the_model_call_text_columns(tmp_path: Path) -> None:
-    path = tmp_path / "store.duckdb"
+def store_at_version(path: Path, version: int) -> duckdb.DuckDBPyConnection:
+    """A connection to a new store at `path` that ran the first `version` migrations, as a citeflow of
+    that schema version left it."""
     con = duckdb.connect(str(path))
-    try:
+    con.execute(
+        "CREATE TABLE schema_migrations ("
+        "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+    )
+    for number, migration in enumerate(migrations.MIGRATIONS[:version], start=1):
+        migration(con)
         con.execute(
-            "CREATE TABLE schema_migrations ("
-            "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+            "INSERT INTO schema_migrations VALUES (?, ?, now()::TIMESTAMP)", [number, migration.__name__]
         )
-        migrations.m001_initial(con)
-        con.execute("INSERT INTO schema_migrations VALUES (1, 'm001_initial', now()::TIMESTAMP)")
+    return con
+
+
+def test_a_version_1_store_gains_the_model_call_text_columns(tmp_path: Path) -> None:
+    con = store_at_version(tmp_path / "store.duckdb", 1)
+    try:
         con.execute(
             "INSERT INTO model_calls VALUES ('r', 'planner', 'm', 'http://127.0.0.1:9/v1', 1, 2, false, "
             "0.1, 1, 'ok', 'h', '', now()::TIMESTAMP)"
@@ -146,17 +155,8 @@ def test_a_version_1_store_gains_the_model_call_text_columns(tmp_path: Path) -> 
 
 def test_a_version_5_store_keeps_its_source_numbers_in_source_numbers(tmp_path: Path) -> None:
     path = tmp_path / "store.duckdb"
-    con = duckdb.connect(str(path))
+    con = store_at_version(path, 5)
     try:
-        con.execute(
-            "CREATE TABLE schema_migrations ("
-            "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
-        )
-        for number, migration in enumerate(migrations.MIGRATIONS[:5], start=1):
-            migration(con)
-            con.execute(
-                "INSERT INTO schema_migrations VALUES (?, ?, now()::TIMESTAMP)", [number, migration.__name__]
-            )
         for page, rank, source in (("pa", 1, "S2"), ("pb", 2, None), ("pc", 3, "S1"), ("pc", 1, "S1")):
             con.execute("INSERT INTO run_sources VALUES ('r', 'q1', ?, 'local', ?, ?)", [page, rank, source])
         con.execute(
