@@ -171,7 +171,13 @@ def test_a_version_5_store_keeps_its_source_numbers_in_source_numbers(tmp_path: 
             ("pc", "S1"),
         }
         assert [(claim.id, claim.source_id) for claim in store.claims("r")] == [("C1", "S2")]
-    assert "source_id" not in schema(path)["claims"]
+        with store.cursor() as cur:  # one row a cited page, though pc was read twice
+            assert cur.execute("SELECT * FROM source_numbers ORDER BY page_id").fetchall() == [
+                ("r", 1, "pa", "S2"),
+                ("r", 1, "pc", "S1"),
+            ]
+    tables = schema(path)
+    assert "source_id" not in tables["claims"] and "source_id" not in tables["run_sources"]
 
 
 def test_a_failing_migration_leaves_the_store_at_its_old_version(
