@@ -55,7 +55,9 @@ COMPACT_MIN_PAGES = 5_000
 # a 50,000-page ingest took the process to 1.7 GB; passes of this many keep it near the store's own use.
 INDEX_BATCH_PAGES = 5_000
 
-# What fts's PRAGMA does for (a batch of) the pages not yet indexed, as a few set operations: tokenize each
+# What fts's PRAGMA does for (a batch of) the pages not yet indexed, as a few set operations: choose the
+# batch by id and date alone, then read its pages (numbering every unindexed page's text with a window
+# held all of it in memory: 1 GB of new pages ran out of a 256 MB limit), tokenize each
 # title and text with fts's own `tokenize` macro, stem each distinct word once (not each of its
 # occurrences) and drop stopwords there, give new terms the next term ids, append one `terms` row per
 # occurrence sorted by term, then add to each term's document frequency and each new page's length.
@@ -63,12 +65,15 @@ INDEX_BATCH_PAGES = 5_000
 # fts's): a search then skips them without comparing every page's URL and date each time.
 ADD_PAGES_SQL = f"""
 CREATE OR REPLACE TEMP TABLE index_new_docs AS
+WITH chosen AS (
+    SELECT p.id FROM pages p ANTI JOIN {INDEX}.docs d ON d.name = p.id
+    ORDER BY p.stored_at, p.id
+    LIMIT {INDEX_BATCH_PAGES}
+)
 SELECT (SELECT coalesce(max(docid), -1) FROM {INDEX}.docs)
            + row_number() OVER (ORDER BY p.stored_at, p.id) AS docid,
        p.id AS name, p.canonical_url, p.title, p.text
-FROM pages p ANTI JOIN {INDEX}.docs d ON d.name = p.id
-ORDER BY p.stored_at, p.id
-LIMIT {INDEX_BATCH_PAGES};
+FROM pages p SEMI JOIN chosen c ON c.id = p.id;
 
 CREATE OR REPLACE TEMP TABLE index_new_words AS
 SELECT docid, {TITLE_FIELD} AS fieldid, unnest({INDEX}.tokenize(title)) AS w FROM index_new_docs
