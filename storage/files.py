@@ -220,6 +220,8 @@ class SharedFile:
         self.page_lock = threading.Lock()
         # Held by storage/search.py while it checks, rebuilds and reads the full-text index.
         self.index_lock = threading.RLock()
+        # DuckDB memory_limit of read-write connections opened while set (EvidenceStore.memory_limit).
+        self.memory_limit: str | None = None
 
     @property
     def is_open(self) -> bool:
@@ -328,7 +330,9 @@ class SharedFile:
         if read_only:
             # Only `citeflow sql` and read-only views open the file read-only: bound what a query may use.
             config["memory_limit"] = settings.sql_memory_limit
-        elif must_inspect:
+        elif self.memory_limit:
+            config["memory_limit"] = self.memory_limit
+        if not read_only and must_inspect:
             # Looked at read-only before any read-write open, so a file that is not ours stays as it was.
             inspecting = _connect(path, True, settings, BASE_CONFIG)
             try:

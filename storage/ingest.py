@@ -1,13 +1,17 @@
 """`citeflow ingest`: load local files into the evidence store.
 
-Bad input loses nothing: every file is checked first, and only then are all pages written in one
-transaction. A malformed record (bad JSON, invalid UTF-8, nesting too deep) or a missing path stops the
-whole ingest before anything is written, naming the file and line; a file with nothing to load (empty,
-unsupported, HTML with no extractable text) is skipped with a reason and the rest goes in. Nothing to
-load at all opens no store, so creates no file.
+Bad input loses nothing: every file is checked first, and only then are pages written. A malformed record
+(bad JSON, invalid UTF-8, nesting too deep) or a missing path stops the whole ingest before anything is
+written, naming the file and line; a file with nothing to load (empty, unsupported, HTML with no
+extractable text) is skipped with a reason and the rest goes in. Nothing to load at all opens no store, so
+creates no file.
 
-JSON Lines files stream: they are read line by line twice, once to check every record and once to
-write them RECORD_BATCH at a time, so a 1 GB corpus never has to fit in memory.
+JSON Lines files stream: they are read line by line twice, once to check every record and once to write
+them, a transaction per BATCH_CHARS of text, with DuckDB held to INGEST_MEMORY_LIMIT, so a 1 GB corpus
+never has to fit in memory (one transaction for all of it held every page in memory until its commit). A
+write that fails part way (a full disk, a killed process) keeps the batches committed before it: the
+same ingest run again stores the rest and counts those as unchanged. A store this ingest created is
+removed if the write fails.
 
 Page text is cut to the same cap as fetched pages (Caps.page_text_max_chars), and the report says how
 many records were cut: one huge record would otherwise slow every later run that reads it.
@@ -37,7 +41,12 @@ JSONL_SUFFIXES = frozenset({".jsonl"})
 SUPPORTED = HTML_SUFFIXES | MARKDOWN_SUFFIXES | TEXT_SUFFIXES | JSONL_SUFFIXES
 NOTHING_LOADED = "nothing was loaded; the store is unchanged"
 PAGE_TEXT_MAX_CHARS = Caps().page_text_max_chars
-RECORD_BATCH = 500  # JSON Lines records written at a time: a few MB of text, whatever the file's size
+# Page text written a transaction at a time: what DuckDB holds uncommitted, about twice this in memory.
+BATCH_CHARS = 4_000_000
+# What DuckDB may hold in memory (buffer pool) while ingesting into a store file, spilling the rest to
+# disk. It bounds the index refresh; the writes go past it (DuckDB keeps much of what a session wrote
+# outside the pool until the file is closed, and a checkpoint rewrites the last row group whole).
+INGEST_MEMORY_LIMIT = "128MB"
 
 
 class IngestReport(BaseModel):
@@ -228,8 +237,9 @@ def parse_file(path: Path) -> list[PageInput]:
 def ingest_paths(
     store: EvidenceStore, paths: list[Path], max_chars: int = PAGE_TEXT_MAX_CHARS
 ) -> IngestReport:
-    """Check every file under `paths`, then store all pages, each text cut to `max_chars`, in one
-    transaction and refresh the index. With nothing to store, the store is not opened at all."""
+    """Check every file under `paths`, then store all pages, each text cut to `max_chars`, a batch of
+    about BATCH_CHARS characters a transaction, and refresh the index. With nothing to store, the store
+    is not opened at all."""
     report = IngestReport(max_chars=max_chars)
     pages: list[PageInput] = []  # of HTML, Markdown and text files: one page each
     jsonl: list[JsonlFile] = []
@@ -254,28 +264,41 @@ def ingest_paths(
     if not report.records:
         return report
 
-    def batches() -> Iterator[list[PageInput]]:
-        yield pages
-        for checked in jsonl:
-            batch: list[PageInput] = []
-            for page, record_id in jsonl_records(checked.path):
-                batch.append(distinct_url(page, record_id, checked.shared))
-                if len(batch) == RECORD_BATCH:
-                    yield batch
-                    batch = []
-            yield batch
-
     created = not store.is_lake and not store.path.exists()
-    committed = False
+    written = False
     try:
-        with store.session():  # one open of the file for the write and the index rebuild
-            counts = store.put_page_batches(batches, max_chars=max_chars)
-            committed = True
-            report.new, report.unchanged, report.changed = counts.new, counts.unchanged, counts.changed
-            refresh_index(store)
+        with store.memory_limit(INGEST_MEMORY_LIMIT):
+            with store.session():  # one open of the file for all the writes
+                for batch in _batches(pages, jsonl):
+                    counts = store.put_pages(batch, max_chars=max_chars)
+                    report.new += counts.new
+                    report.unchanged += counts.unchanged
+                    report.changed += counts.changed
+            written = True
+            # In a session of its own: closing the first checkpointed the pages, which DuckDB can then
+            # page out; left in memory, they filled the limit and the index ran out of it.
+            refresh_index(store)  # stopped part way, it is taken up by the next refresh
     except BaseException:
-        if created and not committed:  # the write rolled back: a file this ingest made is an empty store
+        if created and not written:  # all the store holds is part of this ingest: leave no store behind
             for made in (store.path, store.path.with_name(store.path.name + ".wal")):
                 made.unlink(missing_ok=True)
         raise
     return report
+
+
+def _batches(pages: list[PageInput], jsonl: list[JsonlFile]) -> Iterator[list[PageInput]]:
+    """The pages of the text files, then each JSON Lines file's records read again, in batches of about
+    BATCH_CHARS characters of text."""
+    if pages:
+        yield pages
+    for checked in jsonl:
+        batch: list[PageInput] = []
+        chars = 0
+        for page, record_id in jsonl_records(checked.path):
+            batch.append(distinct_url(page, record_id, checked.shared))
+            chars += len(page.text)
+            if chars >= BATCH_CHARS:
+                yield batch
+                batch, chars = [], 0
+        if batch:
+            yield batch

@@ -19,7 +19,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -52,7 +52,7 @@ from storage import pages as pages_table
 from storage import runs as runs_table
 from storage import traces as traces_table
 from storage.calls import RoleUsage
-from storage.files import duckdb_detail, first_line, shared_file, store_path
+from storage.files import SharedFile, duckdb_detail, first_line, shared_file, store_path
 from storage.lake import (
     CATALOG,
     INDEX_CATALOG,
@@ -272,23 +272,44 @@ class EvidenceStore:
 
     def put_pages(self, pages: list[PageInput], max_chars: int | None = None) -> IngestCounts:
         """Store a batch in one transaction: if any page fails, none is stored."""
-        return self.put_page_batches(lambda: [pages], max_chars)
-
-    def put_page_batches(
-        self, batches: Callable[[], Iterable[list[PageInput]]], max_chars: int | None = None
-    ) -> IngestCounts:
-        """Store the batches `batches()` yields in one transaction, one batch in memory at a time: if any
-        fails, none is stored. A function, not the batches, since a lake's conflict retry reads them again."""
 
         def put(cur: duckdb.DuckDBPyConnection) -> IngestCounts:
             counts = IngestCounts()
-            for batch in batches():
-                for _, outcome in pages_table.put(cur, batch, max_chars):
-                    setattr(counts, outcome.value, getattr(counts, outcome.value) + 1)
+            for _, outcome in pages_table.put(cur, pages, max_chars):
+                setattr(counts, outcome.value, getattr(counts, outcome.value) + 1)
             return counts
 
         with self._file.page_lock:
             return self.write(put, pages=True)
+
+    @contextmanager
+    def memory_limit(self, limit: str) -> Iterator[None]:
+        """For the block, DuckDB holds at most `limit` in memory for this process's read-write
+        connections to the store file (writing what is beyond it to disk): the one open now and those
+        opened in the block. A lake is left as it is: its connection is in memory and would spill to a
+        folder in the working directory."""
+        if self.is_lake:
+            yield
+            return
+        shared = self._file
+        assert isinstance(shared, SharedFile)
+        before, shared.memory_limit = shared.memory_limit, limit
+        try:
+            if shared.is_open and not self.read_only:
+                self._set_memory_limit(limit)
+            yield
+        finally:
+            shared.memory_limit = before
+            if shared.is_open and not self.read_only:
+                self._set_memory_limit(before)
+
+    def _set_memory_limit(self, limit: str | None) -> None:
+        """Set DuckDB's memory_limit on the open connection; None puts back DuckDB's default."""
+        with self.cursor() as cur:
+            if limit is None:
+                cur.execute("RESET memory_limit")
+            else:
+                cur.execute("SET memory_limit = ?", [limit])
 
     def identity(self) -> str:
         """This store and no other: its resolved path and when it was created (a store deleted and made

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from citeflow.config import Caps
-from citeflow.contracts import Origin
+from citeflow.contracts import Origin, PageInput
 from citeflow.errors import IngestError
 from citeflow.web.extract import TITLE_MAX_CHARS
 from storage.ingest import PAGE_TEXT_MAX_CHARS, ingest_paths
+from storage.pages import IngestCounts
 from storage.search import LocalSearch
 from storage.store import EvidenceStore
 
@@ -321,3 +323,82 @@ def test_json_nested_too_deeply_is_one_line_and_loads_nothing(tmp_path: Path) ->
 
     assert code == 1 and "Traceback" not in stderr, stderr
     assert "line 1: nests JSON values too deeply to read" in " ".join(stderr.split())
+
+
+def corpus_of(path: Path, records: int) -> Path:
+    """`records` records of 49 characters of text each, every third a second version of the one before it
+    (the same URL, other text)."""
+    lines = []
+    for n in range(records):
+        url = f"https://example.org/rocks/{n - 1 if n % 3 == 2 else n}"
+        lines.append(
+            json.dumps({"url": url, "text": f"Record {n:02d} says basalt cools into columns of rock."})
+        )
+    return write_jsonl(path, lines)
+
+
+def test_a_corpus_is_written_a_batch_of_text_at_a_time_and_counted_as_one(
+    store: EvidenceStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("storage.ingest.BATCH_CHARS", 200)  # five records a transaction
+    writes: list[int] = []
+    put_pages = store.put_pages
+
+    def put(pages: list[PageInput], **kw: Any) -> IngestCounts:
+        writes.append(len(pages))
+        return put_pages(pages, **kw)
+
+    monkeypatch.setattr(store, "put_pages", put)
+    with store.cursor() as cur:
+        (limit_before,) = cur.execute("SELECT current_setting('memory_limit')").fetchone()
+
+    report = ingest_paths(store, [corpus_of(tmp_path / "rocks.jsonl", 30)])
+
+    assert writes == [5] * 6
+    assert (report.records, report.new, report.changed, report.unchanged) == (30, 20, 10, 0)
+    assert store.page_count() == 30
+    assert len(LocalSearch(store).search("basalt columns", 50)) == 20  # the latest version of each URL
+    with store.cursor() as cur:
+        assert cur.execute("SELECT current_setting('memory_limit')").fetchone() == (limit_before,)
+
+
+def disk_full_at_third_write(store: EvidenceStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    put_pages = store.put_pages
+    writes = iter(range(100))
+
+    def put(pages: list[PageInput], **kw: Any) -> IngestCounts:
+        if next(writes) == 2:
+            raise OSError(28, "No space left on device")
+        return put_pages(pages, **kw)
+
+    monkeypatch.setattr(store, "put_pages", put)
+
+
+def test_a_write_that_fails_part_way_keeps_earlier_batches_and_a_rerun_stores_the_rest(
+    store: EvidenceStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = corpus_of(tmp_path / "rocks.jsonl", 30)
+    monkeypatch.setattr("storage.ingest.BATCH_CHARS", 200)
+    put_pages = store.put_pages
+    disk_full_at_third_write(store, monkeypatch)
+    with pytest.raises(OSError):
+        ingest_paths(store, [corpus])
+    assert store.page_count() == 10  # the two batches committed before the failure
+
+    monkeypatch.setattr(store, "put_pages", put_pages)
+    again = ingest_paths(store, [corpus])
+    assert (again.new, again.changed, again.unchanged) == (13, 7, 10)
+    assert store.page_count() == 30
+
+
+def test_a_new_store_whose_write_fails_part_way_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("storage.ingest.BATCH_CHARS", 200)
+    path = tmp_path / "new.duckdb"
+    store = EvidenceStore(path)
+    disk_full_at_third_write(store, monkeypatch)
+    with pytest.raises(OSError):
+        ingest_paths(store, [corpus_of(tmp_path / "rocks.jsonl", 30)])
+    store.close()
+    assert not path.exists() and not path.with_name("new.duckdb.wal").exists()
