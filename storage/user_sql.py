@@ -8,7 +8,11 @@ past its time, and the connection `citeflow sql` opens has a DuckDB memory_limit
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import duckdb
 
@@ -67,16 +71,18 @@ class SelectedRows(list[tuple]):
 def run_select(
     cur: duckdb.DuckDBPyConnection, sql: str, settings: StoreSettings
 ) -> tuple[list[str], list[tuple]]:
-    """Run a checked SELECT on `cur` inside a transaction that is rolled back, stopped at the time limit;
-    its rows read a few at a time up to settings.sql_max_rows and sql_max_bytes (a SelectedRows)."""
+    """Run a checked SELECT on `cur` inside a transaction that is rolled back, stopped at the time limit
+    and at its memory limit (`bounded_memory`); its rows read a few at a time up to settings.sql_max_rows
+    and sql_max_bytes (a SelectedRows)."""
     timer = threading.Timer(settings.sql_timeout_seconds, cur.interrupt)
     timer.daemon = True
     cur.begin()
     timer.start()
     try:
-        cur.execute(sql)
-        names = [description[0] for description in cur.description or []]
-        rows = capped_rows(cur, settings)
+        with bounded_memory(settings.sql_memory_limit):
+            cur.execute(sql)
+            names = [description[0] for description in cur.description or []]
+            rows = capped_rows(cur, settings)
     except duckdb.InterruptException as error:
         raise InputError(
             "SQL",
@@ -84,7 +90,7 @@ def run_select(
             "(give --timeout SECONDS to allow longer)",
             UNCHANGED,
         ) from error
-    except duckdb.OutOfMemoryException as error:
+    except (duckdb.OutOfMemoryException, MemoryError) as error:
         raise InputError(
             "SQL",
             f"needed more memory than its limit of {settings.sql_memory_limit} and was stopped "
@@ -97,6 +103,44 @@ def run_select(
         timer.cancel()
         cur.rollback()
     return names, rows
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B\s*$")
+
+
+def size_in_bytes(size: str) -> int:
+    """A size as DuckDB spells it ("1GB", "512 MiB") in bytes: KB is 1000 bytes, KiB 1024."""
+    found = _SIZE.match(size)
+    if not found:
+        raise ValueError(f"not a memory size: {size!r}")
+    number, unit, binary = found.groups()
+    power = "KMGT".index(unit) + 1 if unit else 0
+    return int(float(number) * (1024 if binary else 1000) ** power)
+
+
+@contextmanager
+def bounded_memory(limit: str) -> Iterator[None]:
+    """For the block, this process may take at most `limit` more memory than it holds now (on Linux, by
+    RLIMIT_DATA over its current data size; elsewhere nothing changes). DuckDB's memory_limit bounds its
+    buffer pool, not the strings a query's vectors build: `SELECT repeat('x', 1000000) FROM range(1500)`
+    held 1.5 GB in one vector and the process reached 1.7 GB. Past the bound, DuckDB's allocation (or
+    Python's) fails as out of memory, and the query is stopped."""
+    status = Path("/proc/self/status")
+    held = re.search(r"^VmData:\s+(\d+) kB", status.read_text(), re.MULTILINE) if status.exists() else None
+    if held is None:
+        yield
+        return
+    import resource  # Unix only; with /proc, this is Linux
+
+    before = resource.getrlimit(resource.RLIMIT_DATA)
+    bound = int(held.group(1)) * 1024 + size_in_bytes(limit)
+    if before[0] != resource.RLIM_INFINITY:
+        bound = min(bound, before[0])
+    resource.setrlimit(resource.RLIMIT_DATA, (bound, before[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, before)
 
 
 def capped_rows(cur: duckdb.DuckDBPyConnection, settings: StoreSettings) -> SelectedRows:

@@ -198,6 +198,30 @@ def test_sql_stops_a_query_past_its_memory_limit_in_one_line(docs_db: Path) -> N
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+# Runs `citeflow sql` as its only child and prints the child's peak memory (KB) last: a process of its own,
+# so no other child of the test run counts.
+PEAK_OF_CHILD = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stderr.write(done.stderr)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def test_sql_memory_stays_under_its_limit_though_one_vector_of_strings_is_larger(docs_db: Path) -> None:
+    # 600 strings of 1 MB: DuckDB builds them in one vector, outside the memory_limit of its buffer pool.
+    citeflow = str(Path(sys.executable).parent / "citeflow")
+    query = "SELECT repeat('x', 1000000) FROM range(600)"
+    command = [citeflow, "sql", query, "--db", str(docs_db), "--memory-limit", "200MB"]
+
+    done = subprocess.run([sys.executable, "-c", PEAK_OF_CHILD, *command], capture_output=True, text=True)
+
+    code, peak_kb = (int(value) for value in done.stdout.split())
+    assert code == 1 and "Traceback" not in done.stderr
+    assert "needed more memory than its limit of 200MB and was stopped" in done.stderr
+    assert peak_kb < 450_000  # the process before the query plus 200 MB, not the 600 MB it asked for
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [(["--memory-limit", "lots"], "--memory-limit lots"), (["--timeout", "0"], "--timeout 0")],
