@@ -50,8 +50,9 @@ ENVIRONMENT = "environment"
 FLAGS = "flow parameter settings"
 
 
-# DuckDB's own spelling of a memory size, checked here so a typo is one clear line, not a DuckDB error.
-MEMORY_SIZE = r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$"
+# DuckDB's own spelling of a memory size, checked here so a typo is one clear line, not a DuckDB error;
+# its groups are the number and the unit (storage/user_sql.size_in_bytes reads them).
+MEMORY_SIZE = r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$"
 
 
 class StoreSettings(BaseModel):

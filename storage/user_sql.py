@@ -3,7 +3,8 @@
 Belt and braces: the statement is parsed and refused unless it is exactly one SELECT; it runs in a
 transaction that is always rolled back; its connection has external file access switched off (see
 SharedFile.load_fts), so it can read or write no file but the store. A timer interrupts it when it runs
-past its time, and the connection `citeflow sql` opens has a DuckDB memory_limit.
+past its time, and the connection `citeflow sql` opens has a DuckDB memory_limit, which the process
+itself is held to while the query runs (`bounded_memory`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from citeflow.config import StoreSettings
+from citeflow.config import MEMORY_SIZE, StoreSettings
 from citeflow.errors import InputError
 from storage.files import first_line
 
@@ -105,17 +106,14 @@ def run_select(
     return names, rows
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B\s*$")
-
-
 def size_in_bytes(size: str) -> int:
-    """A size as DuckDB spells it ("1GB", "512 MiB") in bytes: KB is 1000 bytes, KiB 1024."""
-    found = _SIZE.match(size)
+    """A size as DuckDB spells it (MEMORY_SIZE: "1GB", "512 MiB") in bytes: KB is 1000 bytes, KiB 1024."""
+    found = re.match(MEMORY_SIZE, size)
     if not found:
         raise ValueError(f"not a memory size: {size!r}")
-    number, unit, binary = found.groups()
-    power = "KMGT".index(unit) + 1 if unit else 0
-    return int(float(number) * (1024 if binary else 1000) ** power)
+    number, unit = found.groups()
+    power = "BKMGT".index(unit[0])
+    return int(float(number) * (1024 if unit.endswith("iB") else 1000) ** power)
 
 
 @contextmanager
