@@ -29,10 +29,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit
 
-from openai import APIConnectionError, APIStatusError, APITimeoutError, OpenAI, omit
 from pydantic import BaseModel
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
@@ -56,6 +55,11 @@ from citeflow.llm.errors import (
 from citeflow.llm.parsing import ReplyInvalid, json_schema_format, parse_reply
 from citeflow.llm.prompts import Message
 from citeflow.llm.settings import Limits, RoleConfig, RoleName
+
+# openai is imported where a call is made, not here: importing it takes about 0.9 s, a third of what a run
+# spends before its first task, and a run on the extractive engine never calls a model.
+if TYPE_CHECKING:
+    from openai import APIConnectionError, APIStatusError, OpenAI
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +150,8 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
 
 
 def _is_transient(exc: BaseException) -> bool:
+    from openai import APIConnectionError, APIStatusError
+
     if isinstance(exc, APIStatusError):
         return exc.status_code in TRANSIENT_STATUSES or exc.status_code >= 500
     return isinstance(exc, APIConnectionError)  # includes APITimeoutError
@@ -153,6 +159,8 @@ def _is_transient(exc: BaseException) -> bool:
 
 def _describe(exc: APIStatusError | APIConnectionError, timeout: float) -> str:
     """A failure in a few words, without the response body (which may echo request headers)."""
+    from openai import APIStatusError, APITimeoutError
+
     if isinstance(exc, APIStatusError):
         return f"HTTP {exc.status_code}"
     if isinstance(exc, APITimeoutError):
@@ -179,6 +187,8 @@ class EndpointPool:
         return self.env.get(config.api_key_env) or NO_KEY
 
     def client(self, config: RoleConfig) -> OpenAI:
+        from openai import OpenAI
+
         ident = (config.base_url, config.api_key_env, config.timeout_seconds)
         with self._lock:
             if ident not in self._clients:
@@ -374,6 +384,8 @@ class RoleClient:
         self, messages: list[Message], response_format: dict[str, Any] | None, parameter: str
     ) -> str:
         """The reply text, after up to max_attempts attempts; ModelUnavailable when all failed transiently."""
+        from openai import APIConnectionError, APIStatusError
+
         retrying = Retrying(
             stop=stop_after_attempt(self.config.max_attempts),
             wait=self._wait,
@@ -399,6 +411,8 @@ class RoleClient:
     def _attempt(
         self, messages: list[Message], response_format: dict[str, Any] | None, parameter: str, attempt: int
     ) -> str:
+        from openai import APIConnectionError, APIStatusError, omit
+
         config = self.config
         prompt_estimate = estimate_prompt_tokens(messages)
         detail = "json_schema" if response_format else "plain json"
@@ -468,6 +482,8 @@ class RoleClient:
 
     def _wait(self, state: RetryCallState) -> float:
         """Retry-After when the server sent one (capped), else exponential backoff with jitter."""
+        from openai import APIStatusError
+
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, APIStatusError):
             after = retry_after_seconds(exc.response.headers)
@@ -476,6 +492,8 @@ class RoleClient:
         return float(self._backoff(state))
 
     def _log_retry(self, state: RetryCallState) -> None:
+        from openai import APIConnectionError, APIStatusError
+
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, APIStatusError | APIConnectionError):
             logger.warning(

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from openai import APIConnectionError, APIStatusError, OpenAI
-
 from citeflow.errors import InputError
 
 # Listing models is one small GET: a server that does not answer it in this time is not serving.
@@ -31,6 +29,8 @@ def public_url(url: str) -> str:
 
 def list_models(base_url: str, key: str) -> list[str]:
     """The model ids the endpoint lists at /models, in its order; InputError when it cannot say."""
+    from openai import APIConnectionError, APIStatusError, OpenAI  # slow to import: see citeflow.llm.client
+
     client = OpenAI(base_url=base_url, api_key=key or NO_KEY, timeout=LIST_TIMEOUT_SECONDS, max_retries=0)
     try:
         return [model.id for model in client.models.list()]
