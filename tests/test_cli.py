@@ -379,3 +379,22 @@ def test_the_project_folder_of_stores_and_servers_is_ignored_by_git() -> None:
 
     ignored = subprocess.run(["git", "check-ignore", "-q", ".citeflow/prefect/prefect.db"], cwd=REPO)
     assert ignored.returncode == 0
+
+
+def test_citeflow_run_leaves_slow_imports_to_their_first_use() -> None:
+    from conftest import REPO
+
+    # openai (1.2 s), trafilatura and pypdf (0.25 s) are imported where they are first used: a run's
+    # first task waits for what `citeflow run` imports, and an offline run on the store uses none of them.
+    command = (
+        "import sys, cli.main, flows.research; "
+        "print(sorted({name.split('.')[0] for name in sys.modules} & {'openai', 'trafilatura', 'pypdf'}))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", command],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert found.stdout.strip() == "[]"

@@ -11,12 +11,10 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
-import pypdf
-import trafilatura
-from pypdf.errors import PyPdfError
-from trafilatura.settings import Document
-
 from citeflow.errors import FetchError
+
+# trafilatura and pypdf are imported by the functions that use them: together they take a quarter of a
+# second to import, on the path to a run's first task, and a run that searches the store reads no HTML.
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 PDF_PAGES_MAX = 300  # extraction time grows with pages; a longer PDF is read up to here
@@ -68,6 +66,9 @@ def html_document(body: bytes, url: str | None, favor_recall: bool) -> Extracted
     a person chose to ingest: keep more of the page, comments included. Fetched pages favour
     precision and drop comments: boilerplate is text a quote could be "found" in.
     """
+    import trafilatura
+    from trafilatura.settings import Document
+
     document = trafilatura.bare_extraction(
         body,
         url=url,
@@ -94,6 +95,9 @@ def _html(url: str, body: bytes) -> Extracted:
 
 
 def _pdf(url: str, body: bytes) -> Extracted:
+    import pypdf
+    from pypdf.errors import PyPdfError
+
     try:
         reader = pypdf.PdfReader(io.BytesIO(body))
         pages = [page.extract_text() or "" for page in reader.pages[:PDF_PAGES_MAX]]
