@@ -56,6 +56,13 @@ REPORT_AFTER_SECONDS = 1.0
 
 Config = dict[str, str | bool | int | float | list[str]]  # what duckdb.connect takes as config
 BASE_CONFIG: Config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+# A store file is attached under this name to an in-memory connection, and in use: ATTACH is the only way
+# to set its row group size, which DuckDB does not keep in the file.
+FILE_CATALOG = "store"
+# Rows per row group (DuckDB's default is 122,880). A checkpoint rewrites the last, growing row group
+# whole, with its text compressed at once: at about 2,000 characters a page, 200,000 pages written a few
+# thousand at a time took 557 MB and 53 s at the default, 276 MB and 23 s at this size (and a smaller file).
+ROW_GROUP_SIZE = 8192
 
 
 def store_path(value: str | Path) -> Path:
@@ -176,7 +183,7 @@ def _connect(
     reported = False
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only, config=config)
+            return _attached(path, read_only, config)
         except duckdb.Error as error:
             message = str(error)
             if LOCKED not in message:
@@ -202,6 +209,21 @@ def _connect(
                 reported = True
             time.sleep(min(delay * random.uniform(0.5, 1.5), deadline - now))
             delay = min(delay * 2, MAX_DELAY_SECONDS)
+
+
+def _attached(path: Path, read_only: bool, config: Config) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection with the file attached as FILE_CATALOG and in use; what DuckDB spills goes
+    beside the file, as it would with the file opened directly (not to .tmp in the working directory)."""
+    con = duckdb.connect(":memory:", config=config | {"temp_directory": f"{path}.tmp"})
+    options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}" + (", READ_ONLY" if read_only else "")
+    quoted = "'" + str(path).replace("'", "''") + "'"
+    try:
+        con.execute(f"ATTACH {quoted} AS {FILE_CATALOG} ({options})")
+        con.execute(f"USE {FILE_CATALOG}")
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 class SharedFile:

@@ -43,10 +43,13 @@ NOTHING_LOADED = "nothing was loaded; the store is unchanged"
 PAGE_TEXT_MAX_CHARS = Caps().page_text_max_chars
 # Page text written a transaction at a time: what DuckDB holds uncommitted, about twice this in memory.
 BATCH_CHARS = 4_000_000
-# What DuckDB may hold in memory (buffer pool) while ingesting into a store file, spilling the rest to
-# disk. It bounds the index refresh; the writes go past it (DuckDB keeps much of what a session wrote
-# outside the pool until the file is closed, and a checkpoint rewrites the last row group whole).
+# What DuckDB may hold in memory (buffer pool) while writing the pages of an ingest into a store file,
+# spilling the rest to disk; DuckDB's process grows past it by what it keeps outside the pool (about
+# 300 MB in all for 1 GB of pages, storage/files.py ROW_GROUP_SIZE).
 INGEST_MEMORY_LIMIT = "128MB"
+# ... and while indexing them after: the refresh of 454,297 new pages ran out of 128 MB at 260,000; at
+# 192 MB it peaked at 442 MB, at this limit at 514 MB.
+INDEX_MEMORY_LIMIT = "256MB"
 
 
 class IngestReport(BaseModel):
@@ -267,16 +270,16 @@ def ingest_paths(
     created = not store.is_lake and not store.path.exists()
     written = False
     try:
-        with store.memory_limit(INGEST_MEMORY_LIMIT):
-            with store.session():  # one open of the file for all the writes
-                for batch in _batches(pages, jsonl):
-                    counts = store.put_pages(batch, max_chars=max_chars)
-                    report.new += counts.new
-                    report.unchanged += counts.unchanged
-                    report.changed += counts.changed
-            written = True
-            # In a session of its own: closing the first checkpointed the pages, which DuckDB can then
-            # page out; left in memory, they filled the limit and the index ran out of it.
+        with store.memory_limit(INGEST_MEMORY_LIMIT), store.session():  # one open for all the writes
+            for batch in _batches(pages, jsonl):
+                counts = store.put_pages(batch, max_chars=max_chars)
+                report.new += counts.new
+                report.unchanged += counts.unchanged
+                report.changed += counts.changed
+        written = True
+        # In a session of its own: closing the first checkpointed the pages, which DuckDB can then page
+        # out; left in memory, they filled the limit and the index ran out of it.
+        with store.memory_limit(INDEX_MEMORY_LIMIT):
             refresh_index(store)  # stopped part way, it is taken up by the next refresh
     except BaseException:
         if created and not written:  # all the store holds is part of this ingest: leave no store behind

@@ -52,7 +52,7 @@ from storage import pages as pages_table
 from storage import runs as runs_table
 from storage import traces as traces_table
 from storage.calls import RoleUsage
-from storage.files import SharedFile, duckdb_detail, first_line, shared_file, store_path
+from storage.files import FILE_CATALOG, SharedFile, duckdb_detail, first_line, shared_file, store_path
 from storage.lake import (
     CATALOG,
     INDEX_CATALOG,
@@ -175,8 +175,8 @@ class EvidenceStore:
         with self._hold() as con:
             cur = con.cursor()
             try:
-                if self.is_lake:
-                    cur.execute(f"USE {CATALOG}")  # a new cursor starts in the in-memory database
+                # A new cursor starts in the in-memory database the store is attached to.
+                cur.execute(f"USE {CATALOG if self.is_lake else FILE_CATALOG}")
                 yield cur
             except duckdb.OutOfMemoryException as error:
                 raise StoreError(

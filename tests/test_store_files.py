@@ -159,3 +159,31 @@ def test_no_extension_is_installed_or_loaded_but_full_text_search(tmp_path: Path
     assert loaded[1] == [("stem",)]  # fts, loaded from the wheel
     with pytest.raises(InputError, match="failed"):
         store.query("SELECT * FROM read_json_auto('https://example.org/x.json')")  # httpfs is never fetched
+
+
+def test_a_store_file_is_written_in_row_groups_of_its_own_size_at_every_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DuckDB keeps no row group size in the file: each open attaches it with ROW_GROUP_SIZE again. Small
+    # row groups are what keep a large ingest's checkpoints small (storage/files.py).
+    monkeypatch.setattr("storage.files.ROW_GROUP_SIZE", 2048)
+    path = tmp_path / "store.duckdb"
+    for batch in range(3):
+        store = EvidenceStore.open(path)
+        store.put_pages(
+            [
+                PageInput(
+                    url=f"https://example.org/{batch}/{n}",
+                    title="T",
+                    text=f"Page {n}.",
+                    origin=Origin.fetched,
+                )
+                for n in range(2000)
+            ]
+        )
+    con = duckdb.connect(str(path), read_only=True)
+    (groups,) = con.execute(
+        "SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('pages')"
+    ).fetchone()
+    con.close()
+    assert groups == 3  # 6,000 pages in groups of 2,048; at DuckDB's default of 122,880 rows, one group
