@@ -134,8 +134,8 @@ def add_search_results(
     insert(cur, "search_results", results, run_id=run_id, subquestion_id=subquestion_id)
 
 
-def add_source(cur: duckdb.DuckDBPyConnection, source: RunSource) -> None:
-    insert(cur, "run_sources", [source], omit=("source_id",))  # numbered in `sources` (storage/claims.py)
+def add_sources(cur: duckdb.DuckDBPyConnection, sources: list[RunSource]) -> None:
+    insert(cur, "run_sources", sources, omit=("source_id",))  # numbered in `sources` (storage/claims.py)
 
 
 def sources(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[RunSource]:

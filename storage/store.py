@@ -266,9 +266,17 @@ class EvidenceStore:
         Returns the stored page and whether a row was created. Changed content at a known URL is
         a new row with a new id; the old version stays, since claims cite it by hash.
         """
+        [stored] = self.put_fetched([page], max_chars)
+        return stored
+
+    def put_fetched(self, pages: list[PageInput], max_chars: int | None = None) -> list[tuple[Page, bool]]:
+        """`put_page` for each page, in one transaction: on a lake every page write conflicts with every
+        other (PAGE_WRITE_GUARD), so a researcher's pages commit at once rather than one by one."""
+        if not pages:
+            return []
         with self._file.page_lock:
-            [(stored, outcome)] = self.write(lambda cur: pages_table.put(cur, [page], max_chars), pages=True)
-        return stored, outcome is not Stored.unchanged
+            stored = self.write(lambda cur: pages_table.put(cur, pages, max_chars), pages=True)
+        return [(page, outcome is not Stored.unchanged) for page, outcome in stored]
 
     def put_pages(self, pages: list[PageInput], max_chars: int | None = None) -> IngestCounts:
         """Store a batch in one transaction: if any page fails, none is stored."""
@@ -400,11 +408,24 @@ class EvidenceStore:
         with self.cursor() as cur:
             return runs_table.subquestions(cur, run_id)
 
-    def add_search_results(self, run_id: str, subquestion_id: str, results: list[SearchResult]) -> None:
-        self.write(lambda cur: runs_table.add_search_results(cur, run_id, subquestion_id, results))
+    def add_research(
+        self,
+        run_id: str,
+        subquestion_id: str,
+        results: list[SearchResult],
+        sources: list[RunSource],
+        errors: list[RunError],
+    ) -> None:
+        """What the run read for one sub-question (search results, the pages it kept, what failed), in one
+        commit: on a lake each commit is a snapshot that concurrent runs race for."""
 
-    def add_run_source(self, source: RunSource) -> None:
-        self.write(lambda cur: runs_table.add_source(cur, source))
+        def add(cur: duckdb.DuckDBPyConnection) -> None:
+            runs_table.add_search_results(cur, run_id, subquestion_id, results)
+            runs_table.add_sources(cur, sources)
+            for error in errors:
+                traces_table.add_error(cur, error)
+
+        self.write(add)
 
     def run_sources(self, run_id: str) -> list[RunSource]:
         with self.cursor() as cur:

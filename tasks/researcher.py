@@ -64,12 +64,13 @@ def research(
         step.detail = outcome.fetch.summary()
         if outcome.errors:
             step.outcome = Outcome.degraded
+    items = outcome.fetch.items[:limit]
+    # The pages fetched, stored in one transaction after the network is done.
+    fetched = iter(store.put_fetched([item.page for item in items if item.page], page_text_max_chars))
     pages = []
-    with store.session():  # the pages found, stored in one hold of the file, after the network is done
-        for item in outcome.fetch.items[:limit]:
-            page = store.put_page(item.page, page_text_max_chars)[0] if item.page else item.stored
-            if page is None:
-                continue
+    for item in items:
+        page = next(fetched)[0] if item.page else item.stored
+        if page is not None:
             pages.append(FoundPage(page_id=page.id, provider=item.result.provider, rank=item.result.rank))
     return Researched(
         results=outcome.results[:limit],
@@ -85,15 +86,15 @@ def record_research(
 ) -> list[RunSource]:
     """What the run read for one sub-question, as this run's rows, computed now or reused from the cache
     alike; returns the run's sources."""
-    store.add_search_results(run_id, subquestion_id, researched.results)
-    for detail in researched.failures:
-        store.add_error(RunError(run_id=run_id, stage=STAGE, subquestion_id=subquestion_id, detail=detail))
     sources = [
         RunSource(run_id=run_id, subquestion_id=subquestion_id, **page.model_dump())
         for page in researched.pages
     ]
-    for source in sources:
-        store.add_run_source(source)
+    errors = [
+        RunError(run_id=run_id, stage=STAGE, subquestion_id=subquestion_id, detail=detail)
+        for detail in researched.failures
+    ]
+    store.add_research(run_id, subquestion_id, researched.results, sources, errors)
     return sources
 
 

@@ -48,13 +48,14 @@ def main(location: str, tag: str, shared: int, own: int) -> None:
     wanted += [page(f"https://{tag}.example/{n}", 1000 + n) for n in range(own)]
     stored = []
     for start in range(0, len(wanted), BATCH):
-        for batch_page in wanted[start : start + BATCH]:
-            stored.append(store.put_page(batch_page)[0])
+        stored += [page for page, _ in store.put_fetched(wanted[start : start + BATCH])]
+    sources = [
+        RunSource(run_id=tag, subquestion_id="Q1", page_id=item.id, provider="local", rank=rank)
+        for rank, item in enumerate(stored, start=1)
+    ]
+    store.add_research(tag, "Q1", [], sources, [])
     claims = []
     for rank, item in enumerate(stored, start=1):
-        store.add_run_source(
-            RunSource(run_id=tag, subquestion_id="Q1", page_id=item.id, provider="local", rank=rank)
-        )
         quote = item.text[:40]
         claims.append(
             Claim(

@@ -198,13 +198,24 @@ def test_a_run_from_start_to_finish(store: EvidenceStore) -> None:
     pa, _ = store.put_page(page("https://example.org/a", "page a"))
     pb, _ = store.put_page(page("https://example.org/b", "page b"))
     pc, _ = store.put_page(page("https://example.org/c", "page c"))
-    store.add_search_results(
-        run, "q1", [SearchResult(url=pa.url, title="A", snippet="s", provider="local", rank=1, page_id=pa.id)]
-    )
     # b is read first for q1 but only c and a have verified claims; a is read for q2 only.
-    store.add_run_source(RunSource(run_id=run, subquestion_id="q2", page_id=pa.id, provider="local", rank=1))
-    store.add_run_source(RunSource(run_id=run, subquestion_id="q1", page_id=pb.id, provider="local", rank=1))
-    store.add_run_source(RunSource(run_id=run, subquestion_id="q1", page_id=pc.id, provider="local", rank=2))
+    store.add_research(
+        run,
+        "q2",
+        [],
+        [RunSource(run_id=run, subquestion_id="q2", page_id=pa.id, provider="local", rank=1)],
+        [],
+    )
+    store.add_research(
+        run,
+        "q1",
+        [SearchResult(url=pa.url, title="A", snippet="s", provider="local", rank=1, page_id=pa.id)],
+        [
+            RunSource(run_id=run, subquestion_id="q1", page_id=pb.id, provider="local", rank=1),
+            RunSource(run_id=run, subquestion_id="q1", page_id=pc.id, provider="local", rank=2),
+        ],
+        [],
+    )
     store.add_claims(
         run,
         [claim(n, pa.id, ClaimStatus.verified, "q2") for n in (1, 10)]
@@ -436,8 +447,12 @@ def test_every_recipe_in_the_schema_guide_runs_and_finds_rows(tmp_path: Path) ->
         basalt, _ = opened.put_page(page("https://example.org/basalt", "Basalt columns form as lava cools."))
         opened.start_run(run, "How do basalt columns form?", "extractive", "local", "{}")
         opened.add_subquestions(run, [SubQuestion(id="q1", position=0, text="How?", query="basalt columns")])
-        opened.add_run_source(
-            RunSource(run_id=run, subquestion_id="q1", page_id=basalt.id, provider="local", rank=1)
+        opened.add_research(
+            run,
+            "q1",
+            [],
+            [RunSource(run_id=run, subquestion_id="q1", page_id=basalt.id, provider="local", rank=1)],
+            [],
         )
         opened.add_claims(
             run, [claim(1, basalt.id, ClaimStatus.verified), claim(2, old.id, ClaimStatus.rejected)]
