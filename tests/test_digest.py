@@ -303,3 +303,34 @@ def test_a_claim_that_restates_the_question_is_framing_not_a_finding() -> None:
     chosen = [finding.lead.claim.quote for finding in found.opening + found.grouped]
     assert not any(quote in chosen for _, quote in framing)
     assert any("nine days" in quote for quote in chosen)
+
+
+def test_a_finding_from_pages_about_the_aspect_asked_outranks_background_that_every_page_repeats() -> None:
+    question = "What do the sources report about the effects of the Harbour strike on fishermen?"
+    background = (
+        "The Harbour port, where the strike began, has been home to the coast's fishermen since 1850."
+    )
+    port_news = [
+        ("The Harbour port opened a container terminal.", "Cruise ships call at the Harbour port in summer."),
+        ("The Harbour port dredged its main channel.", "A new crane arrived at the Harbour port."),
+        ("The Harbour port hired a new director.", "Ferries leave the Harbour port every hour."),
+        ("The Harbour port repaired its oldest pier.", "Tourists visit the Harbour port lighthouse."),
+        ("The Harbour port installed solar panels.", "Yachts moor at the Harbour port marina."),
+    ]
+    general = [(f"S{n}", quote) for n, news in enumerate(port_news, start=1) for quote in (background, *news)]
+    on_the_aspect = [
+        ("S6", "Harbour fishermen sold their catch at half price for a week because of the strike."),
+        ("S6", "The strike cost Harbour fishermen a month of income."),
+        ("S6", "Some fishermen took their catch to ports up the coast while the Harbour strike lasted."),
+        ("S7", "Because of the strike, Harbour fishermen sold their catch at half price for a week."),
+        ("S7", "Fishermen kept their boats moored in the Harbour during the strike."),
+        ("S7", "Younger fishermen found work on the Harbour ferries until the strike ended."),
+    ]
+    evidence = evidence_of(question, verified(general + on_the_aspect), "Harbour news")
+    # Five pages about the port in general repeat its history; two pages about the strike's effect on
+    # fishermen state their finding. With room for one finding, what the pages are about decides.
+    [finding] = digest(evidence, findings_max=1, words_max=400).opening
+    assert "half price" in finding.lead.claim.quote and sorted(finding.pages) == ["S6", "S7"]
+    # With room for more, the background is still a finding, citing its five pages.
+    more = digest(evidence, findings_max=3, words_max=400)
+    assert any(f.lead.claim.quote == background and len(f.pages) == 5 for f in more.opening + more.grouped)
