@@ -272,23 +272,20 @@ class EvidenceStore:
     def put_fetched(self, pages: list[PageInput], max_chars: int | None = None) -> list[tuple[Page, bool]]:
         """`put_page` for each page, in one transaction: on a lake every page write conflicts with every
         other (PAGE_WRITE_GUARD), so a researcher's pages commit at once rather than one by one."""
-        if not pages:
-            return []
-        with self._file.page_lock:
-            stored = self.write(lambda cur: pages_table.put(cur, pages, max_chars), pages=True)
-        return [(page, outcome is not Stored.unchanged) for page, outcome in stored]
+        return [(page, outcome is not Stored.unchanged) for page, outcome in self._put(pages, max_chars)]
 
     def put_pages(self, pages: list[PageInput], max_chars: int | None = None) -> IngestCounts:
         """Store a batch in one transaction: if any page fails, none is stored."""
+        counts = IngestCounts()
+        for _, outcome in self._put(pages, max_chars):
+            setattr(counts, outcome.value, getattr(counts, outcome.value) + 1)
+        return counts
 
-        def put(cur: duckdb.DuckDBPyConnection) -> IngestCounts:
-            counts = IngestCounts()
-            for _, outcome in pages_table.put(cur, pages, max_chars):
-                setattr(counts, outcome.value, getattr(counts, outcome.value) + 1)
-            return counts
-
+    def _put(self, pages: list[PageInput], max_chars: int | None) -> list[tuple[Page, Stored]]:
+        if not pages:
+            return []
         with self._file.page_lock:
-            return self.write(put, pages=True)
+            return self.write(lambda cur: pages_table.put(cur, pages, max_chars), pages=True)
 
     @contextmanager
     def memory_limit(self, limit: str) -> Iterator[None]:

@@ -283,7 +283,8 @@ def select_findings(
     most_pages = max((len(finding.pages) for finding in candidates.values()), default=1)
     best_relevance = max((item.relevance for item in items), default=1.0) or 1.0
     page_focus = _page_focus(items)
-    best_focus = max((_focus(finding, page_focus) for finding in candidates.values()), default=1.0) or 1.0
+    focus_of = {claim_id: _focus(finding, page_focus) for claim_id, finding in candidates.items()}
+    best_focus = max(focus_of.values(), default=1.0) or 1.0
 
     def worth(finding: Finding) -> float:
         # Corroboration (pages, log-scaled), closeness to the question and its pages' focus, each on 0..1.
@@ -291,7 +292,7 @@ def select_findings(
         # on the Dodge questions and 0.438 -> 0.472 on the SVB ones, joint 0.355 -> 0.393 overall.
         pages = math.log(1 + len(finding.pages)) / math.log(1 + most_pages)
         closeness = finding.lead.relevance / best_relevance
-        focus = _focus(finding, page_focus) / best_focus
+        focus = focus_of[finding.lead.claim.id] / best_focus
         return (PAGES_SHARE * pages + (1 - PAGES_SHARE) * closeness) * finding.lead.specificity * focus
 
     chosen: list[Finding] = []
