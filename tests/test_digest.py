@@ -353,3 +353,25 @@ def test_a_finding_is_stated_in_the_words_most_of_its_pages_use_and_cites_each_o
     ]
     assert [finding.lead.claim.quote for finding in closed] == [claims[1].quote]
     assert sorted(closed[0].pages) == ["S1", "S2", "S3", "S4"]
+
+
+def test_an_open_question_about_one_aspect_is_asked_again_in_a_second_round() -> None:
+    # The question's own search is the aspect's: the plan holds no sub-question for it, and the follow-up
+    # round still asks about it with the words its claims name.
+    question = 'In the context of "The Harbour Strike of Port Ellis", what do the sources report about wages?'
+    plan = extractive_engine().planner.plan(question, 5)
+    assert [sub.text for sub in plan] == [question]
+    claims = verified([
+        ("S1", "Wages at the docks had not risen since overtime pay was cut in spring."),
+        ("S2", "Dockers said lost overtime had cut their wages by a fifth."),
+        ("S3", "The union wants overtime restored before wages are talked about."),
+        ("S4", "The Harbour strike began on a Monday morning."),
+    ])  # fmt: skip
+    evidence = SynthesisInput(question=question, subquestions=plan, claims=claims, sources=request().sources)
+    follow = extractive_engine().planner.follow_up(evidence, 5)
+    assert [sub.text for sub in follow] == ["What else do the sources report about wages: overtime?"]
+    # What it finds is grouped under the question, the plan's only sub-question.
+    more = verified([("S5", "Overtime pay at the Harbour docks was cut by a third in spring.")], "q2")
+    asked = [*plan, follow[0].model_copy(update={"id": "q2", "position": 1})]
+    found = digest(evidence.model_copy(update={"subquestions": asked, "claims": more}), 12, 400)
+    assert [finding.section for finding in found.opening + found.grouped] == ["q1"]

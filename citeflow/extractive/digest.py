@@ -531,16 +531,16 @@ def expansion_terms(
 
 
 def follow_ups(evidence: SynthesisInput) -> list[tuple[str, str]]:
-    """(sub-question, query) for each aspect of the plan, asked again with the words its first-round
+    """(sub-question, query) for each aspect of the question, asked again with the words its first-round
     claims name most (`expansion_terms`): the pages read once for the aspect's own words are read again
-    for what they say about it in other words."""
+    for what they say about it in other words. Every aspect, also one the plan asked as the question
+    itself (a question about one aspect has no sub-question of its own for it, the question's search
+    being the aspect's): on summhay-dev, the two such questions read 20 pages each in one round and
+    covered 2.5 and 3 of their 10 and 7 key facts; asked again, 4 and 4."""
     verified = [claim for claim in evidence.claims if claim.status is ClaimStatus.verified]
-    asked = dict(aspects(evidence.question))
     found = []
-    for sub in evidence.subquestions:
-        if sub.text not in asked:
-            continue
-        aspect = sub.text.removeprefix(_ASPECT_PREFIX).rstrip("?")
+    for text, _ in aspects(evidence.question):
+        aspect = text.removeprefix(_ASPECT_PREFIX).rstrip("?")
         terms = expansion_terms(aspect, evidence.question, verified)
         if terms:
             own = content_words(aspect)
