@@ -375,3 +375,21 @@ def test_an_open_question_about_one_aspect_is_asked_again_in_a_second_round() ->
     asked = [*plan, follow[0].model_copy(update={"id": "q2", "position": 1})]
     found = digest(evidence.model_copy(update={"subquestions": asked, "claims": more}), 12, 400)
     assert [finding.section for finding in found.opening + found.grouped] == ["q1"]
+
+
+def test_a_finding_three_pages_state_outranks_sentences_that_frame_the_question() -> None:
+    # Three pages open by framing the question, each in its own words; three state one fact in words of
+    # their own. Corroboration and closeness to the question multiply: the framing, closest to the
+    # question but stated by one page each, does not outrank the fact.
+    question = "What do the sources report about the Harbour strike and its effects on fishing?"
+    claims = verified([
+        ("S1", "This article looks closely at the Harbour strike, its causes and its effects on fishing."),
+        ("S2", "We look at the Harbour strike and its lasting effects on fishing in this special report."),
+        ("S3", "This report explores the Harbour strike and the effects of the strike on local fishing."),
+        ("S4", "Fish prices rose by a third during the Harbour stoppage."),
+        ("S5", "During the Harbour stoppage, fish prices rose by a third."),
+        ("S6", "Fish prices at the Harbour rose by a third in the stoppage."),
+    ])  # fmt: skip
+    found = digest(evidence_of(question, claims, "Port news"), findings_max=1, words_max=400)
+    assert [finding.lead.claim.quote for finding in found.opening] == [claims[3].quote]
+    assert sorted(found.opening[0].pages) == ["S4", "S5", "S6"]
