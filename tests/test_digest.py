@@ -393,3 +393,20 @@ def test_a_finding_three_pages_state_outranks_sentences_that_frame_the_question(
     found = digest(evidence_of(question, claims, "Port news"), findings_max=1, words_max=400)
     assert [finding.lead.claim.quote for finding in found.opening] == [claims[3].quote]
     assert sorted(found.opening[0].pages) == ["S4", "S5", "S6"]
+
+
+def test_a_page_corroborates_a_finding_with_what_it_says_about_another_aspect() -> None:
+    # The third page's claim does not name fishing, the aspect asked about, so it is no finding of its
+    # own; but it states what the finding states, and the checks keep it among the finding's citations.
+    question = 'In the context of "The Harbour Strike", what do the sources report about fishing?'
+    claims = verified([
+        ("S1", "Fish prices rose by a third during the Harbour strike."),
+        ("S2", "During the Harbour strike, fish prices rose by a third."),
+        ("S3", "Prices rose by a third during the Harbour strike, dock traders said."),
+    ])  # fmt: skip
+    evidence = evidence_of(question, claims, "Port news")
+    found = digest(evidence, findings_max=12, words_max=400)
+    assert [sorted(finding.pages) for finding in found.opening + found.grouped] == [["S1", "S2", "S3"]]
+    draft = extractive_engine().synthesiser.write(evidence)
+    pruned, dropped = prune_citations(draft, claims)
+    assert dropped == 0 and mechanical_critique(pruned, claims).approved

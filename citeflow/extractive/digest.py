@@ -273,12 +273,17 @@ def _conflicts(items: list[Item]) -> list[tuple[Item, Item]]:
 
 
 def select_findings(
-    items: list[Item], findings_max: int, words_max: int, quotes: dict[str, Polarity] | None = None
+    items: list[Item],
+    findings_max: int,
+    words_max: int,
+    quotes: dict[str, Polarity] | None = None,
+    said: list[Item] | None = None,
 ) -> list[Finding]:
     """Findings chosen one at a time by maximal marginal relevance, each taking the claims it merges;
     stops at `findings_max` findings or before `words_max` words. With `quotes` (every verified quote of
     each source), a finding cites only pages whose quotes agree with its sentence in polarity
-    (`_agreeing`), and one whose own page does not is skipped."""
+    (`_agreeing`), and one whose own page does not is skipped. Other pages corroborate a finding by what
+    their claims in `said` (default: `items`) say together (`_corroborating`)."""
     rarity = rarity_of(items)
     candidates = {
         item.claim.id: Finding(item, [other for other in items if _joins(other, item, rarity)])
@@ -332,7 +337,7 @@ def select_findings(
         used |= {item.claim.id for item in [*found, *members]}
         words += length
     for finding in chosen:
-        finding.corroborating = _corroborating(finding, items, rarity)
+        finding.corroborating = _corroborating(finding, items if said is None else said, rarity)
         if quotes is not None:
             _agreeing(finding, quotes)
     return chosen
@@ -441,8 +446,17 @@ def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest
             stems, scopes = quotes.setdefault(claim.source_id, (set(), []))
             stems.update(content_stems(claim.quote))
             scopes += negated_scopes(claim.quote)
+    # A page corroborates a finding by all it says, as the checks read it: its claims about another
+    # aspect of the question too (on summhay-dev, 3 in 10 of the pages stating a covered key fact that
+    # were read and not cited held half of its sentence's words or more in such claims; citing them
+    # raised citation F1 0.544 -> 0.572 on the Dodge questions, 0.446 -> 0.459 on the SVB ones).
+    said = [
+        Item(claim, claim.source_id, frozenset(content_stems(claim.quote)), frozenset(numbers(claim.quote)))
+        for claim in request.claims
+        if claim.status is ClaimStatus.verified and claim.source_id
+    ]
     findings = select_findings(
-        [item for item in items if item.claim.id not in disputed], findings_max, words_max, quotes
+        [item for item in items if item.claim.id not in disputed], findings_max, words_max, quotes, said
     )
     for finding in findings:
         finding.section_id = _aspect_of(finding, request.subquestions)
