@@ -276,14 +276,14 @@ def select_findings(
     items: list[Item],
     findings_max: int,
     words_max: int,
-    quotes: dict[str, Polarity] | None = None,
-    said: list[Item] | None = None,
+    quotes: dict[str, Polarity],
+    said: list[Item],
 ) -> list[Finding]:
     """Findings chosen one at a time by maximal marginal relevance, each taking the claims it merges;
-    stops at `findings_max` findings or before `words_max` words. With `quotes` (every verified quote of
-    each source), a finding cites only pages whose quotes agree with its sentence in polarity
-    (`_agreeing`), and one whose own page does not is skipped. Other pages corroborate a finding by what
-    their claims in `said` (default: `items`) say together (`_corroborating`)."""
+    stops at `findings_max` findings or before `words_max` words. A finding cites only pages whose
+    `quotes` (every verified quote of each source) agree with its sentence in polarity (`_agreeing`),
+    and one whose own page does not is skipped. Other pages corroborate a finding by what their claims in
+    `said` say together (`_corroborating`)."""
     rarity = rarity_of(items)
     candidates = {
         item.claim.id: Finding(item, [other for other in items if _joins(other, item, rarity)])
@@ -320,14 +320,14 @@ def select_findings(
                 best, best_score = finding, score
         if best is None:
             break
-        if quotes is not None and polarity_conflict(best.lead.claim.quote, *quotes[best.lead.source_id]):
+        if polarity_conflict(best.lead.claim.quote, *quotes[best.lead.source_id]):
             used.add(best.lead.claim.id)  # its page says "not" of what it says: it would not pass the checks
             continue
         # Each claim is stated once: the claims a finding merges are no finding of their own, nor do they
         # corroborate a later one.
         found = [item for item in [best.lead, *best.members] if item.claim.id not in used]
         lead = _medoid(found)
-        if quotes is not None and polarity_conflict(lead.claim.quote, *quotes[lead.source_id]):
+        if polarity_conflict(lead.claim.quote, *quotes[lead.source_id]):
             lead = best.lead
         length = len(lead.claim.quote.split())
         if chosen and words + length > words_max:
@@ -337,9 +337,8 @@ def select_findings(
         used |= {item.claim.id for item in [*found, *members]}
         words += length
     for finding in chosen:
-        finding.corroborating = _corroborating(finding, items if said is None else said, rarity)
-        if quotes is not None:
-            _agreeing(finding, quotes)
+        finding.corroborating = _corroborating(finding, said, rarity)
+        _agreeing(finding, quotes)
     return chosen
 
 
