@@ -439,12 +439,6 @@ def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest
     items = _items(request)
     conflicts = _conflicts(items)
     disputed = {item.claim.id for pair in conflicts for item in pair}
-    quotes: dict[str, Polarity] = {}
-    for claim in request.claims:
-        if claim.status is ClaimStatus.verified and claim.source_id:
-            stems, scopes = quotes.setdefault(claim.source_id, (set(), []))
-            stems.update(content_stems(claim.quote))
-            scopes += negated_scopes(claim.quote)
     # A page corroborates a finding by all it says, as the checks read it: its claims about another
     # aspect of the question too (on summhay-dev, 3 in 10 of the pages stating a covered key fact that
     # were read and not cited held half of its sentence's words or more in such claims; citing them
@@ -454,6 +448,12 @@ def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest
         for claim in request.claims
         if claim.status is ClaimStatus.verified and claim.source_id
     ]
+    # ... and the checks read the polarity of a page's every quote as well.
+    quotes: dict[str, Polarity] = {}
+    for item in said:
+        stems, scopes = quotes.setdefault(item.source_id, (set(), []))
+        stems.update(item.stems)
+        scopes += negated_scopes(item.claim.quote)
     findings = select_findings(
         [item for item in items if item.claim.id not in disputed], findings_max, words_max, quotes, said
     )
