@@ -52,8 +52,9 @@ K1, B = 1.2, 0.75  # match_bm25's defaults
 COMPACT_SHARE = 0.10
 COMPACT_MIN_PAGES = 5_000
 # Pages indexed per pass: the temporary tables of a pass hold every word of its pages, so one pass over
-# a 50,000-page ingest took the process to 1.7 GB; passes of this many keep it near the store's own use.
-INDEX_BATCH_PAGES = 5_000
+# a 50,000-page ingest took the process to 1.7 GB; passes of 5,000 held about 140 MB of them, and with
+# this many the refresh of 454,297 pages peaked at 312 MB (128 MB limit; 425 MB at 5,000 and 192 MB).
+INDEX_BATCH_PAGES = 2_500
 
 # What fts's PRAGMA does for (a batch of) the pages not yet indexed, as a few set operations: choose the
 # batch by id and date alone, then read its pages (numbering every unindexed page's text with a window
@@ -68,7 +69,7 @@ CREATE OR REPLACE TEMP TABLE index_new_docs AS
 WITH chosen AS (
     SELECT p.id FROM pages p ANTI JOIN {INDEX}.docs d ON d.name = p.id
     ORDER BY p.stored_at, p.id
-    LIMIT {INDEX_BATCH_PAGES}
+    LIMIT {{batch}}
 )
 SELECT (SELECT coalesce(max(docid), -1) FROM {INDEX}.docs)
            + row_number() OVER (ORDER BY p.stored_at, p.id) AS docid,
@@ -243,22 +244,28 @@ def refresh_index(store: EvidenceStore) -> None:
     """
     if store.read_only:
         return  # a read-only store searches the index as it was last brought up to date
-    with store.index_lock, store.session():
-        if not index_is_stale(store):
-            return
-        store.load_fts()
-        with store.index_transaction() as cur:
-            if not _index_exists(cur) or not _index_matches_pages(cur):
-                _create_empty_index(cur)
+    with store.index_lock:
+        with store.session():
+            if not index_is_stale(store):
+                return
+            store.load_fts()
+            with store.index_transaction() as cur:
+                if not _index_exists(cur) or not _index_matches_pages(cur):
+                    _create_empty_index(cur)
         # A transaction a batch, so what DuckDB holds for one stays bounded; a refresh stopped part way is
-        # taken up by the next, since search_index still records the index as stale.
+        # taken up by the next, since search_index still records the index as stale. And a session a batch
+        # (when no caller holds one open): DuckDB keeps every row group it appends in memory while the file
+        # is open, outside its memory limit, so 454,297 pages indexed in one session grew the process by
+        # about 220 MB (27,800 `terms` row groups); reopened, it stays flat.
         added = INDEX_BATCH_PAGES
         while added == INDEX_BATCH_PAGES:
-            with store.index_transaction() as cur:
-                indexed = _indexed_count(cur)
-                cur.execute(ADD_PAGES_SQL)
-                added = _indexed_count(cur) - indexed
-        with store.index_transaction() as cur:
+            with store.session():
+                store.load_fts()
+                with store.index_transaction() as cur:
+                    indexed = _indexed_count(cur)
+                    cur.execute(ADD_PAGES_SQL.format(batch=INDEX_BATCH_PAGES))
+                    added = _indexed_count(cur) - indexed
+        with store.session(), store.index_transaction() as cur:
             _compact_if_due(cur)
             count, newest = _pages_state(cur)
             cur.execute("DELETE FROM search_index")
