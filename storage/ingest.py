@@ -47,9 +47,10 @@ BATCH_CHARS = 4_000_000
 # spilling the rest to disk; DuckDB's process grows past it by what it keeps outside the pool (about
 # 300 MB in all for 1 GB of pages, storage/files.py ROW_GROUP_SIZE).
 INGEST_MEMORY_LIMIT = "128MB"
-# ... and while indexing them after: the refresh of 454,297 new pages ran out of 128 MB at 260,000; at
-# 192 MB it peaked at 442 MB, at this limit at 514 MB.
-INDEX_MEMORY_LIMIT = "256MB"
+# ... and while indexing them after (storage/search.py INDEX_BATCH_PAGES): a 1 GB ingest of 454,297
+# pages peaked at 398 MB in all with this limit (8 min 57 s), at 471 MB with 192 MB and passes of 5,000
+# (7 min 35 s); before a pass had a session of its own, 708 MB at 256 MB.
+INDEX_MEMORY_LIMIT = "128MB"
 
 
 class IngestReport(BaseModel):
