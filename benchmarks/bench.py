@@ -49,10 +49,11 @@ class Size:
     store_claims: int
     freshness_hours: float  # the web freshness window of the re-run benchmark's runs
     topic_runs: int  # topic runs on one worker, then on three (a multiple of 3)
+    ingest_bytes: int  # the JSON Lines file whose `citeflow ingest` memory is measured
 
 
-FULL = Size(1.0, 0.3, 50, (5, 4), (20, 10), 3, 100_000, 1_000, 1_000_000, 0.01, 12)
-QUICK = Size(0.1, 0.02, 50, (2, 2), None, 1, 2_000, 100, 20_000, 0.002, 3)
+FULL = Size(1.0, 0.3, 50, (5, 4), (20, 10), 3, 100_000, 1_000, 1_000_000, 0.01, 12, 1_000_000_000)
+QUICK = Size(0.1, 0.02, 50, (2, 2), None, 1, 2_000, 100, 20_000, 0.002, 3, 20_000_000)
 
 
 @dataclass
@@ -390,6 +391,18 @@ def store_scale(results: Results, folder: Path, size: Size) -> float:
     return figures.pages_per_second
 
 
+def ingest_memory(results: Results, folder: Path, size: Size) -> None:
+    """Issue 21: `citeflow ingest` streams, so its memory does not grow with the file."""
+    from store_scale import ingest_memory as measure
+
+    figures = measure(folder / "ingest-memory", size.ingest_bytes)
+    results.add(
+        "4", f"peak memory of `citeflow ingest` of a {figures.file_bytes / 1e9:.2f} GB JSON Lines file "
+        f"({figures.pages:,} pages)", f"{figures.peak_mb:,.0f} MB ({seconds(figures.seconds)})", "< 500 MB",
+        figures.peak_mb < 500,
+    )  # fmt: skip
+
+
 def scale_out(results: Results, sim: Any, folder: Path, size: Size, file_rate: float) -> None:
     """Item 7 (issue 20): one worker against three, `citeflow sql` meanwhile, ingest into a lake."""
     from lake_servers import postgres_bin, postgres_server, s3_server
@@ -476,7 +489,9 @@ run); `--refresh` makes every stage compute.
    from one JSON Lines file with the calls `citeflow ingest` makes (parse, store, index); 100 queries of
    two or three words through `LocalSearch`; the refresh after {added} more pages; `put_page` of one
    fetched page; two aggregates through `EvidenceStore.query` (`citeflow sql`), medians of 5; the file
-   after a checkpoint. benchmarks/store_scale.py.
+   after a checkpoint. benchmarks/store_scale.py. Ingest memory: the same generator writes a JSON Lines
+   file of {ingest_gb:g} GB, and `citeflow ingest` loads it into a new store in a process of its own, its
+   resident set sampled every 0.1 s.
 5. **Cold start**: `citeflow run` started as a process; seconds to the start of its plan task (its trace
    row). Memory: the resident set of the run's process tree (the run and the temporary Prefect server it
    starts), sampled every 0.1 s.
@@ -541,6 +556,7 @@ def write_results(path: Path, results: Results, size: Size, took: float, load: s
             added=f"{size.store_added:,}",
             small=f"{size.small[0]} x {size.small[1]}",
             topic_runs=size.topic_runs,
+            ingest_gb=size.ingest_bytes / 1e9,
             per_worker=size.topic_runs // 3,
         ),  # fmt: skip
     ]
@@ -563,6 +579,7 @@ def main() -> None:
     try:
         with MachineLoad() as load:
             file_rate = store_scale(results, folder, size)
+            ingest_memory(results, folder, size)
             from simulation import running_simulation
 
             server_db = folder / "served" / "server.duckdb"

@@ -15,6 +15,8 @@ text), and measures, in a fresh store:
                claims alone (statuses and reasons across all runs), and joined to the pages they quote
                (claims per source host);
   size         the store file after a checkpoint.
+`ingest_memory` measures what issue 21 asks of `citeflow ingest` itself: its peak resident memory on a
+JSON Lines file of a given size (1 GB in the full benchmark), in a process of its own.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,10 +37,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from startup import TreeMemory  # noqa: E402  (benchmarks/, the folder of this script)
+
 from citeflow.contracts import Origin, PageInput  # noqa: E402
 from storage.ingest import parse_file  # noqa: E402
 from storage.search import LocalSearch, refresh_index  # noqa: E402
 from storage.store import EvidenceStore  # noqa: E402
+
+CITEFLOW = Path(sys.executable).parent / "citeflow"
 
 VOCABULARY = 30_000
 # Two `citeflow sql` aggregates over every claim of every run: the claims alone, and joined to their pages.
@@ -217,6 +225,39 @@ def measure(folder: Path, pages: int, added: int, claims: int, searches: int = 1
         store.close()
     figures.size_bytes = sum(path.stat().st_size for path in folder.glob("scale.duckdb*"))
     return figures
+
+
+@dataclass
+class IngestMemory:
+    file_bytes: int
+    pages: int
+    seconds: float
+    peak_mb: float  # resident memory of the `citeflow ingest` process at its highest
+
+
+def ingest_memory(folder: Path, file_bytes: int) -> IngestMemory:
+    """`citeflow ingest` of a generated JSON Lines file of at least `file_bytes` bytes into a new store,
+    run as a user runs it, its resident memory sampled every 0.1 s."""
+    folder.mkdir(parents=True, exist_ok=True)
+    jsonl, corpus, pages, written = folder / "large.jsonl", Corpus(seed=21), 0, 0
+    print(f"generating {file_bytes / 1e6:,.0f} MB of pages ...", file=sys.stderr, flush=True)
+    with jsonl.open("w", encoding="utf-8") as out:
+        while written < file_bytes:
+            line = json.dumps(corpus.page(pages)) + "\n"  # ASCII: a character a byte
+            out.write(line)
+            written, pages = written + len(line), pages + 1
+    command = [str(CITEFLOW), "ingest", str(jsonl), "--db", str(folder / "large.duckdb")]
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command, env=os.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    with TreeMemory(process.pid) as memory:
+        _, err = process.communicate()
+    seconds = time.perf_counter() - started
+    if process.returncode != 0:
+        raise RuntimeError(f"citeflow ingest exited {process.returncode}: {err[-800:]}")
+    jsonl.unlink()
+    return IngestMemory(written, pages, seconds, memory.peak_root / 2**20)
 
 
 def main() -> None:
