@@ -410,3 +410,32 @@ def test_a_page_corroborates_a_finding_with_what_it_says_about_another_aspect() 
     draft = extractive_engine().synthesiser.write(evidence)
     pruned, dropped = prune_citations(draft, claims)
     assert dropped == 0 and mechanical_critique(pruned, claims).approved
+
+
+def test_a_fact_in_a_passage_about_the_aspect_outranks_one_among_claims_about_something_else() -> None:
+    # Two facts, each stated by two pages, each naming the aspect asked about only in passing. One sits
+    # beside what its pages say of the fishing fleet; the other sits at the far end of its pages, beside
+    # small talk. Every page holds the same three kinds of claim, so the pages weigh alike: where on its
+    # page a fact stands decides, as a reader would judge it.
+    question = 'In the context of "The Harbour Strike", what do the sources report about the fishing fleet?'
+    fleet = "The Harbour strike kept the fishing fleet in port."
+    beside = ["Fish soup is served in every cafe.", "The fish market building is painted blue.",
+              "Fish weathervanes top the old houses.", "A fish mosaic decorates the town hall."]  # fmt: skip
+    museum = "A fish restaurant opened by the old museum."
+    traders = "Fish traders lost a month of sales."
+    placed = [  # (page, quote, offset in the page)
+        *((f"S{n}", fleet, 0) for n in (3, 4)),
+        *((f"S{n}", beside[n - 1], 2900) for n in (3, 4)),
+        *((f"S{n}", museum, 3000) for n in (3, 4)),
+        *((f"S{n}", fleet, 0) for n in (1, 2)),
+        *((f"S{n}", traders, 80) for n in (1, 2)),
+        *((f"S{n}", beside[n - 1], 3000) for n in (1, 2)),
+    ]
+    claims = [
+        claim.model_copy(update={"quote_start": start, "quote_end": start + len(quote)})
+        for claim, (_, quote, start) in zip(
+            verified([(page, quote) for page, quote, _ in placed]), placed, strict=True
+        )
+    ]
+    [finding] = digest(evidence_of(question, claims, "Port news"), findings_max=1, words_max=400).opening
+    assert finding.lead.claim.quote == traders and sorted(finding.pages) == ["S1", "S2"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from citeflow.contracts import Claim, ClaimStatus, DraftSentence, SubQuestion, SynthesisInput
 from citeflow.text import content_stems, content_words, names, normalise, numbers, stem
@@ -66,6 +66,11 @@ FOCUS_WEIGHT = 5.0
 # 0.75, 0.85: joint 0.477, 0.483, 0.485, 0.470; the weighted sum 0.6 / 0.4 it replaced: 0.455) and checked
 # on its SVB questions (0.407 -> 0.424 at 0.75), replaying the verified claims of one eval store.
 PAGES_POWER = 0.75
+# A claim's closeness to the question is read in its context: the mean closeness of its page's claims,
+# each weighted by exp(-distance / CONTEXT_CHARS) from it (itself by 1). Set on summhay-dev's Dodge
+# questions (75, 150, 200, 300, 600 characters: joint 0.550, 0.546, 0.538, 0.529, 0.506; none 0.507) and
+# checked on its SVB questions (0.435 none -> 0.467 at 150), replaying the claims of one eval store.
+CONTEXT_CHARS = 150
 
 
 # A page's verified quotes as the polarity check reads them: their content stems, their negations' scopes.
@@ -191,7 +196,29 @@ def _items(request: SynthesisInput) -> list[Item]:
                 specificity=len(bag - question) / len(bag),
             )
         )
-    return items
+    return _in_context(items)
+
+
+def _in_context(items: list[Item]) -> list[Item]:
+    """Each item with its closeness smoothed over the claims around it on its page (CONTEXT_CHARS). A key
+    fact is often stated in words the question does not use ("shorter loan tenures" for "lending
+    conditions") within a passage that uses them; a fact of another aspect sits in a passage about that
+    one. On summhay-dev this raised nugget coverage 0.677 -> 0.738 (Dodge) and 0.576 -> 0.618 (SVB)."""
+    by_page: dict[str, list[Item]] = {}
+    for item in items:
+        by_page.setdefault(item.claim.page_id, []).append(item)
+    smoothed = []
+    for item in items:
+        start = item.claim.quote_start
+        weighted = [
+            (math.exp(-abs(other.claim.quote_start - start) / CONTEXT_CHARS), other.relevance)
+            for other in by_page[item.claim.page_id]
+            if other is not item and start is not None and other.claim.quote_start is not None
+        ]
+        total = 1 + sum(weight for weight, _ in weighted)
+        relevance = (item.relevance + sum(weight * other for weight, other in weighted)) / total
+        smoothed.append(replace(item, relevance=relevance))
+    return smoothed
 
 
 _NUMBER_WORDS = re.compile(r"[A-Za-z][\w'-]*|\d[\d,.]*%?")
