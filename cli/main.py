@@ -454,3 +454,20 @@ def server_status(db: DbOption = None) -> None:
         f"running at {state.ui} (pid {state.pid}, since {state.started_at:%Y-%m-%d %H:%M:%S} UTC)",
         highlight=False,
     )
+
+
+@app.command("worker", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def worker(
+    ctx: typer.Context,
+    pool: Annotated[str, typer.Option(help="The process work pool whose topic runs it takes.")] = "citeflow",
+) -> None:
+    """Run a Prefect worker for the topics' work pool: `prefect worker start --pool POOL` and any further
+    option of Prefect's (--name, --limit), which stops on SIGTERM however it was started."""
+    import os
+    import signal
+
+    # Prefect's worker stops on SIGTERM by sending itself SIGINT. A process started with `&` from a script
+    # begins with SIGINT ignored, and `exec` keeps an ignored signal ignored: such a worker never stopped.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    command = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, *ctx.args]
+    os.execv(sys.executable, command)

@@ -132,7 +132,7 @@ def generated_prefect_yaml(topics: list[Topic]) -> str:
         "# Deploy to a process work pool and run a worker from this folder:\n"
         "#   prefect work-pool create citeflow --type process\n"
         "#   prefect deploy --all\n"
-        "#   prefect worker start --pool citeflow\n"
+        "#   citeflow worker --pool citeflow\n"
         "# or serve them with no work pool: python -m deployments.serve\n"
     )
     body = {"name": "citeflow", "prefect-version": "3.9.1", "deployments": deployments}

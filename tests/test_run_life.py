@@ -238,3 +238,39 @@ def test_sigterm_ends_a_worker_s_flow_run_process_within_seconds(folder: Path, s
     assert run.returncode == 143 and seconds < 5, (seconds, run.stderr.read()[-2000:])
     assert status == "cancelled"
     assert (state["type"], state["message"]) == ("CANCELLED", "No report: the run was cancelled (SIGTERM).")
+
+
+def test_a_worker_started_with_interrupts_ignored_stops_on_sigterm(folder: Path) -> None:
+    # A script that starts a worker with `&` hands it SIGINT ignored, as a non-interactive shell does for
+    # background jobs, and Prefect's worker stops on SIGTERM by interrupting itself: `citeflow worker`
+    # restores the interrupt first (`prefect worker start` so started was still running 150 s later).
+    db = folder / "worker-signal.duckdb"
+    with temporary_server(db) as url:
+        env = {**os.environ, "PREFECT_API_URL": url, "PREFECT_HOME": str(folder / "worker-home")}
+        pool = [str(Path(sys.executable).parent / "prefect"), "work-pool", "create", "citeflow", "--type",
+                "process", "--overwrite"]  # fmt: skip
+        subprocess.run(pool, env=env, check=True, capture_output=True)
+        worker = subprocess.Popen(
+            [CITEFLOW, "worker", "--pool", "citeflow", "--name", "in-the-background"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+
+        def online() -> bool:
+            listed = httpx.post(f"{url}/work_pools/citeflow/workers/filter", json={}, timeout=30).json()
+            return any(w["name"] == "in-the-background" and w["status"] == "ONLINE" for w in listed)
+
+        wait_for(online, worker)
+        sent = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        seconds = time.monotonic() - sent
+
+    assert seconds < 10, f"the worker was still running {seconds:.0f} s after SIGTERM"

@@ -104,7 +104,7 @@ def test_a_topic_runs_through_its_deployment_and_its_second_run_says_what_change
         [deployment] = api(url, "/deployments/filter", {"deployments": {"name": {"any_": ["acme"]}}})
         assert deployment["parameters"]["topic"] == "acme" and deployment["work_pool_name"] == "citeflow"
         worker = subprocess.Popen(
-            [str(BIN / "prefect"), "worker", "start", "--pool", "citeflow"],
+            [str(BIN / "citeflow"), "worker", "--pool", "citeflow"],
             cwd=project,
             env=env,
             stdout=subprocess.DEVNULL,

@@ -81,14 +81,14 @@ def api(method: str, url: str, body: dict | None = None) -> Any:
 def start_workers(
     names: tuple[str, ...], env_of: dict[str, dict[str, str]], logs: Path, limit: int | None = None
 ) -> dict[str, subprocess.Popen]:
-    """`prefect worker start` for each name, each taking at most `limit` runs at once (no limit: as many
+    """`citeflow worker` for each name, each taking at most `limit` runs at once (no limit: as many
     as come), logging to LOGS/NAME.log; returns once the server lists every one of them online."""
     workers: dict[str, subprocess.Popen] = {}
     limited = ["--limit", str(limit)] if limit is not None else []
     for name in names:
         with (logs / f"{name}.log").open("w") as log:
             workers[name] = subprocess.Popen(
-                [str(BIN / "prefect"), "worker", "start", "--pool", "citeflow", "--name", name, *limited],
+                [str(BIN / "citeflow"), "worker", "--pool", "citeflow", "--name", name, *limited],
                 cwd=REPO, env=env_of[name], stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
     api_url = next(iter(env_of.values()))["PREFECT_API_URL"]
