@@ -4,6 +4,8 @@ settings, server and recurring topics around them."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -463,9 +465,6 @@ def worker(
 ) -> None:
     """Run a Prefect worker for the topics' work pool: `prefect worker start --pool POOL` and any further
     option of Prefect's (--name, --limit), which stops on SIGTERM however it was started."""
-    import os
-    import signal
-
     # Prefect's worker stops on SIGTERM by sending itself SIGINT. A process started with `&` from a script
     # begins with SIGINT ignored, and `exec` keeps an ignored signal ignored: such a worker never stopped.
     signal.signal(signal.SIGINT, signal.SIG_DFL)

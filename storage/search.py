@@ -69,7 +69,7 @@ CREATE OR REPLACE TEMP TABLE index_new_docs AS
 WITH chosen AS (
     SELECT p.id FROM pages p ANTI JOIN {INDEX}.docs d ON d.name = p.id
     ORDER BY p.stored_at, p.id
-    LIMIT {{batch}}
+    LIMIT {INDEX_BATCH_PAGES}
 )
 SELECT (SELECT coalesce(max(docid), -1) FROM {INDEX}.docs)
            + row_number() OVER (ORDER BY p.stored_at, p.id) AS docid,
@@ -263,7 +263,7 @@ def refresh_index(store: EvidenceStore) -> None:
                 store.load_fts()
                 with store.index_transaction() as cur:
                     indexed = _indexed_count(cur)
-                    cur.execute(ADD_PAGES_SQL.format(batch=INDEX_BATCH_PAGES))
+                    cur.execute(ADD_PAGES_SQL)
                     added = _indexed_count(cur) - indexed
         with store.session(), store.index_transaction() as cur:
             _compact_if_due(cur)
