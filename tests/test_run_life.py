@@ -242,21 +242,22 @@ def test_sigterm_ends_a_worker_s_flow_run_process_within_seconds(folder: Path, s
 
 def test_a_worker_started_with_interrupts_ignored_stops_on_sigterm(folder: Path) -> None:
     # A script that starts a worker with `&` hands it SIGINT ignored, as a non-interactive shell does for
-    # background jobs, and Prefect's worker stops on SIGTERM by interrupting itself: `citeflow worker`
-    # restores the interrupt first (`prefect worker start` so started was still running 150 s later).
+    # background jobs (here `trap "" INT`), and Prefect's worker stops on SIGTERM by interrupting itself:
+    # `citeflow worker` restores the interrupt first (`prefect worker start` so started was still running
+    # 150 s later).
     db = folder / "worker-signal.duckdb"
     with temporary_server(db) as url:
         env = {**os.environ, "PREFECT_API_URL": url, "PREFECT_HOME": str(folder / "worker-home")}
         pool = [str(Path(sys.executable).parent / "prefect"), "work-pool", "create", "citeflow", "--type",
                 "process", "--overwrite"]  # fmt: skip
         subprocess.run(pool, env=env, check=True, capture_output=True)
+        ignoring_interrupts = 'trap "" INT; exec "$0" worker --pool citeflow --name in-the-background'
         worker = subprocess.Popen(
-            [CITEFLOW, "worker", "--pool", "citeflow", "--name", "in-the-background"],
+            ["sh", "-c", ignoring_interrupts, CITEFLOW],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
 
         def online() -> bool:
