@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from citeflow.contracts import Claim, ClaimStatus, DraftSentence, SubQuestion, SynthesisInput
@@ -73,8 +74,15 @@ PAGES_POWER = 0.75
 CONTEXT_CHARS = 150
 
 
-# A page's verified quotes as the polarity check reads them: their content stems, their negations' scopes.
-Polarity = tuple[set[str], list[set[str]]]
+@dataclass
+class PageSaid:
+    """All a page's verified quotes say, as the citation checks read them: their content stems, the numbers
+    they give and their negations' scopes. A page corroborates a finding, and agrees with it in polarity,
+    by all of it: its claims about another aspect of the question too."""
+
+    stems: set[str] = field(default_factory=set)
+    numbers: set[str] = field(default_factory=set)
+    scopes: list[set[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -142,7 +150,7 @@ class Digest:
         return drafted
 
 
-def _share(part: frozenset[str], whole: frozenset[str]) -> float:
+def _share(part: AbstractSet[str], whole: frozenset[str]) -> float:
     return len(part & whole) / len(whole) if whole else 0.0
 
 
@@ -254,7 +262,7 @@ def _conflicting(first: Item, second: Item) -> bool:
     return bool({stem for stem, _ in own_first} & {stem for stem, _ in own_second})
 
 
-def _weighted_share(part: frozenset[str], whole: frozenset[str], rarity: dict[str, float]) -> float:
+def _weighted_share(part: AbstractSet[str], whole: frozenset[str], rarity: dict[str, float]) -> float:
     total = sum(rarity.get(stem, 1.0) for stem in whole)
     return sum(rarity.get(stem, 1.0) for stem in part & whole) / total if total else 0.0
 
@@ -304,14 +312,12 @@ def select_findings(
     items: list[Item],
     findings_max: int,
     words_max: int,
-    quotes: dict[str, Polarity],
-    said: list[Item],
+    said: dict[str, PageSaid],
 ) -> list[Finding]:
     """Findings chosen one at a time by maximal marginal relevance, each taking the claims it merges;
-    stops at `findings_max` findings or before `words_max` words. A finding cites only pages whose
-    `quotes` (every verified quote of each source) agree with its sentence in polarity (`_agreeing`),
-    and one whose own page does not is skipped. Other pages corroborate a finding by what their claims in
-    `said` say together (`_corroborating`)."""
+    stops at `findings_max` findings or before `words_max` words. A finding cites only pages whose quotes
+    (`said`, by source) agree with its sentence in polarity (`_agreeing`), and one whose own page does not
+    is skipped. Other pages corroborate a finding by what their quotes say together (`_corroborating`)."""
     rarity = rarity_of(items)
     candidates = {
         item.claim.id: Finding(item, [other for other in items if _joins(other, item, rarity)])
@@ -348,14 +354,14 @@ def select_findings(
                 best, best_score = finding, score
         if best is None:
             break
-        if polarity_conflict(best.lead.claim.quote, *quotes[best.lead.source_id]):
+        if _negated_by_its_page(best.lead, said):
             used.add(best.lead.claim.id)  # its page says "not" of what it says: it would not pass the checks
             continue
         # Each claim is stated once: the claims a finding merges are no finding of their own, nor do they
         # corroborate a later one.
         found = [item for item in [best.lead, *best.members] if item.claim.id not in used]
         lead = _medoid(found)
-        if polarity_conflict(lead.claim.quote, *quotes[lead.source_id]):
+        if _negated_by_its_page(lead, said):
             lead = best.lead
         length = len(lead.claim.quote.split())
         if chosen and words + length > words_max:
@@ -366,8 +372,13 @@ def select_findings(
         words += length
     for finding in chosen:
         finding.corroborating = _corroborating(finding, said, rarity)
-        _agreeing(finding, quotes)
+        _agreeing(finding, said)
     return chosen
+
+
+def _negated_by_its_page(item: Item, said: dict[str, PageSaid]) -> str:
+    page = said[item.source_id]
+    return polarity_conflict(item.claim.quote, page.stems, page.scopes)
 
 
 def _medoid(items: list[Item]) -> Item:
@@ -398,40 +409,35 @@ def _focus(finding: Finding, page_focus: dict[str, float]) -> float:
     return sum(page_focus[page] for page in pages) / len(pages)
 
 
-def _agreeing(finding: Finding, quotes: dict[str, Polarity]) -> None:
+def _agreeing(finding: Finding, said: dict[str, PageSaid]) -> None:
     """Keep, of the finding's pages, those whose verified quotes, together with those of the pages kept
     before them, agree with its sentence in polarity: the checks judge a sentence against every quote of
     every page it cites, and a page that says "not" of the sentence's words would sink it."""
     sentence = finding.lead.claim.quote
-    stems, scopes = quotes[finding.lead.source_id]
-    stems, scopes = set(stems), list(scopes)
+    lead = said[finding.lead.source_id]
+    stems, scopes = set(lead.stems), list(lead.scopes)
     kept = {finding.lead.source_id}
     for page in finding.pages[1:]:
-        more_stems, more_scopes = quotes[page]
-        if not polarity_conflict(sentence, stems | more_stems, scopes + more_scopes):
-            stems |= more_stems
-            scopes += more_scopes
+        more = said[page]
+        if not polarity_conflict(sentence, stems | more.stems, scopes + more.scopes):
+            stems |= more.stems
+            scopes += more.scopes
             kept.add(page)
     finding.members = [item for item in finding.members if item.source_id in kept]
     finding.corroborating = [page for page in finding.corroborating if page in kept]
 
 
-def _corroborating(finding: Finding, items: list[Item], rarity: dict[str, float]) -> list[str]:
-    """The other pages whose claims together hold MERGE_MIN_SHARE of the finding's sentence's stems, plain
+def _corroborating(finding: Finding, said: dict[str, PageSaid], rarity: dict[str, float]) -> list[str]:
+    """The other pages whose quotes together hold MERGE_MIN_SHARE of the finding's sentence's stems, plain
     and weighted by rarity (what the citation checks need to keep a citation), and each number it gives."""
-    stems: dict[str, set[str]] = {}
-    given: dict[str, set[str]] = {}
-    for item in items:
-        stems.setdefault(item.source_id, set()).update(item.stems)
-        given.setdefault(item.source_id, set()).update(item.numbers)
     lead = finding.lead
     return [
         source
-        for source, held in stems.items()
+        for source, page in said.items()
         if source not in finding.pages
-        and lead.numbers <= given[source]
-        and _share(frozenset(held), lead.stems) >= MERGE_MIN_SHARE
-        and _weighted_share(frozenset(held), lead.stems, rarity) >= MERGE_MIN_SHARE
+        and lead.numbers <= page.numbers
+        and _share(page.stems, lead.stems) >= MERGE_MIN_SHARE
+        and _weighted_share(page.stems, lead.stems, rarity) >= MERGE_MIN_SHARE
     ]
 
 
@@ -471,19 +477,15 @@ def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest
     # aspect of the question too (on summhay-dev, 3 in 10 of the pages stating a covered key fact that
     # were read and not cited held half of its sentence's words or more in such claims; citing them
     # raised citation F1 0.544 -> 0.572 on the Dodge questions, 0.446 -> 0.459 on the SVB ones).
-    said = [
-        Item(claim, claim.source_id, frozenset(content_stems(claim.quote)), frozenset(numbers(claim.quote)))
-        for claim in request.claims
-        if claim.status is ClaimStatus.verified and claim.source_id
-    ]
-    # ... and the checks read the polarity of a page's every quote as well.
-    quotes: dict[str, Polarity] = {}
-    for item in said:
-        stems, scopes = quotes.setdefault(item.source_id, (set(), []))
-        stems.update(item.stems)
-        scopes += negated_scopes(item.claim.quote)
+    said: dict[str, PageSaid] = {}
+    for claim in request.claims:
+        if claim.status is ClaimStatus.verified and claim.source_id:
+            page = said.setdefault(claim.source_id, PageSaid())
+            page.stems.update(content_stems(claim.quote))
+            page.numbers.update(numbers(claim.quote))
+            page.scopes += negated_scopes(claim.quote)
     findings = select_findings(
-        [item for item in items if item.claim.id not in disputed], findings_max, words_max, quotes, said
+        [item for item in items if item.claim.id not in disputed], findings_max, words_max, said
     )
     for finding in findings:
         finding.section_id = _aspect_of(finding, request.subquestions)
