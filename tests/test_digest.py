@@ -439,3 +439,18 @@ def test_a_fact_in_a_passage_about_the_aspect_outranks_one_among_claims_about_so
     ]
     [finding] = digest(evidence_of(question, claims, "Port news"), findings_max=1, words_max=400).opening
     assert finding.lead.claim.quote == traders and sorted(finding.pages) == ["S1", "S2"]
+
+
+@pytest.mark.parametrize(
+    "topic", ["the NFC strike's effects on tourism", "tourism after the strike at Northern Ferry Company"]
+)
+def test_the_subject_named_in_the_aspect_is_not_what_is_asked(topic: str) -> None:
+    # The aspect names the subject, in full or by its initials: the pages name it in every other claim,
+    # about anything. What the question asks of it is tourism, which two pages state without its name.
+    subject = '"The Northern Ferry Company Strike"'
+    question = f"In the context of {subject}, what do the sources report about {topic}?"
+    background = "The NFC was founded in 1901 and runs twelve ferries between the mainland and five ports."
+    tourism = "Hotels on the islands lost a third of their tourist bookings."
+    claims = verified([*((f"S{n}", background) for n in (1, 2, 3)), *((f"S{n}", tourism) for n in (4, 5))])
+    [finding] = digest(evidence_of(question, claims, "Ferry news"), findings_max=1, words_max=400).opening
+    assert finding.lead.claim.quote == tourism and sorted(finding.pages) == ["S4", "S5"]
