@@ -454,3 +454,29 @@ def test_the_subject_named_in_the_aspect_is_not_what_is_asked(topic: str) -> Non
     claims = verified([*((f"S{n}", background) for n in (1, 2, 3)), *((f"S{n}", tourism) for n in (4, 5))])
     [finding] = digest(evidence_of(question, claims, "Ferry news"), findings_max=1, words_max=400).opening
     assert finding.lead.claim.quote == tourism and sorted(finding.pages) == ["S4", "S5"]
+
+
+@pytest.mark.parametrize(("apart", "cited"), [(200, True), (4000, False)])
+def test_a_page_corroborates_a_finding_in_one_passage_not_by_words_scattered_over_it(
+    apart: int, cited: bool
+) -> None:
+    # Two pages state that the strike closed the fish market for nine days. A third page says the fish
+    # market was closed in one sentence and "nine days" in another: side by side, they state the finding
+    # together; pages apart, one about the market's roof, the other about a festival, they do not.
+    question = 'In the context of "The Harbour Strike", what do the sources report about the fish market?'
+    finding = "The Harbour strike closed the fish market for nine days."
+    placed = [  # (page, quote, offset in the page)
+        ("S1", finding, 0),
+        ("S2", finding, 0),
+        ("S3", "The fish market was closed, its roof leaking.", 0),
+        ("S3", "The festival lasted nine days.", apart),
+    ]
+    claims = [
+        claim.model_copy(update={"quote_start": start, "quote_end": start + len(quote)})
+        for claim, (_, quote, start) in zip(
+            verified([(page, quote) for page, quote, _ in placed]), placed, strict=True
+        )
+    ]
+    found = digest(evidence_of(question, claims, "Port news"), findings_max=1, words_max=400)
+    [lead] = found.opening
+    assert lead.lead.claim.quote == finding and ("S3" in lead.pages) is cited
