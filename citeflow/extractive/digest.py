@@ -8,16 +8,18 @@ page that states it.
    least half of the finding's sentence's content stems and gives no other number (the share the
    citation checks need to keep its page among the sentence's citations, citeflow/checks.py). The
    finding's sentence is the one of its verified quotes closest to all the others (their medoid: the
-   words most of its pages use); it cites every page whose claim joins that quote.
+   words most of its pages use); it cites every page whose claim joins that quote, and every page whose
+   quotes within one passage (PASSAGE_CHARS) together hold that share.
 3. Claims that say the same of the same thing with different numbers next to the same word ("900 hp",
    "1,025 hp") are not merged: they are a conflict, shown side by side. A number in a name is no
    disagreement.
 4. Findings are chosen by maximal marginal relevance: how much of the evidence a finding covers (its
-   pages) times how close it is to the question, times how much it says beyond the question's own words
-   (a sentence that restates the question is framing, not a finding), times how much its pages are about
-   what the question asks (the mean closeness of their claims: background every page repeats, such as
-   when a company was founded, is cited by pages about anything), less how much it repeats a
-   finding already chosen; up to `findings_max` findings and `words_max` words. A finding cites only
+   pages) times how close it is to the question (the aspects asked about weigh most; the subject's
+   names, which every page repeats, are no aspect), times how much it says beyond the question's own
+   words (a sentence that restates the question is framing, not a finding), times how much its pages
+   are about what the question asks (the mean closeness of their claims: background every page
+   repeats, such as when a company was founded, is cited by pages about anything), less how much it
+   repeats a finding already chosen; up to `findings_max` findings and `words_max` words. A finding cites only
    pages whose verified quotes agree with its sentence in polarity (the checks read every quote of a
    cited page), and one whose own page says "not" of it is skipped.
 5. The follow-up round asks about each aspect again with the words its first-round claims name far more
@@ -114,7 +116,7 @@ class PageSaid:
             found.append(
                 (
                     {word for quote in near for word in quote.stems},
-                    {n for quote in near for n in quote.numbers},
+                    {number for quote in near for number in quote.numbers},
                 )
             )
         return found
@@ -558,8 +560,8 @@ def _subject(question: str, topic: re.Match[str]) -> list[str]:
     return [word.casefold() for word in names(question[: topic.start()])]
 
 
-# Acronyms are read from runs of this many capitalised words or more ("Silicon Valley Bank" -> "svb"):
-# two-letter initials are too often a word of their own.
+# An acronym is read from this many consecutive capitalised words or more ("Silicon Valley Bank" ->
+# "svb"): two-letter initials are too often a word of their own.
 ACRONYM_MIN_WORDS = 3
 
 
@@ -573,7 +575,7 @@ def subject_named(question: str) -> frozenset[str]:
         return frozenset()
     subject = {stem(word) for word in _subject(question, found)}
     spelled = " ".join(_QUOTED.findall(question)) or question[: found.start()]
-    for run in re.findall(r"(?:\b[A-Z][\w'-]*\s+){2,}[A-Z][\w'-]*", spelled):
+    for run in re.findall(r"(?:\b[A-Z][\w'-]*\s+)+[A-Z][\w'-]*", spelled):
         initials = "".join(word[0] for word in run.split()).casefold()
         for size in range(ACRONYM_MIN_WORDS, len(initials) + 1):
             subject.update(initials[start : start + size] for start in range(len(initials) - size + 1))
