@@ -33,6 +33,7 @@ import re
 from collections import Counter
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from citeflow.contracts import Claim, ClaimStatus, DraftSentence, SubQuestion, SynthesisInput
 from citeflow.text import content_stems, content_words, names, normalise, numbers, stem
@@ -103,9 +104,10 @@ class PageSaid:
     scopes: list[set[str]] = field(default_factory=list)
     quotes: list[Quoted] = field(default_factory=list)
 
+    @cached_property
     def passages(self) -> list[tuple[set[str], set[str]]]:
         """(stems, numbers) of the quotes starting within PASSAGE_CHARS after each quote (a quote without
-        offsets stands alone)."""
+        offsets stands alone). Read once all the page's quotes are gathered, by every finding."""
         found = [(set(quote.stems), set(quote.numbers)) for quote in self.quotes if quote.start is None]
         placed = sorted(
             ((quote.start, quote) for quote in self.quotes if quote.start is not None),
@@ -480,7 +482,7 @@ def _corroborating(finding: Finding, said: dict[str, PageSaid], rarity: dict[str
             lead.numbers <= given
             and _share(stems, lead.stems) >= MERGE_MIN_SHARE
             and _weighted_share(stems, lead.stems, rarity) >= MERGE_MIN_SHARE
-            for stems, given in page.passages()
+            for stems, given in page.passages
         )
     ]
 
