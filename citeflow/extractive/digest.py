@@ -90,24 +90,32 @@ class Quoted:
     start: int | None
     stems: frozenset[str]
     numbers: frozenset[str]
+    scopes: tuple[set[str], ...]
 
 
 @dataclass
 class PageSaid:
-    """All a page's verified quotes say, as the citation checks read them: their content stems, the numbers
-    they give and their negations' scopes; and each quote by its place on the page. A page agrees with a
-    finding in polarity by all of it, and corroborates it by a passage of it: its claims about another
-    aspect of the question too."""
+    """All a page's verified quotes say, as the citation checks read them, each by its place on the page. A
+    page agrees with a finding in polarity by all of it (`stems`, `scopes`), and corroborates it by a
+    passage of it (`passages`): its claims about another aspect of the question too. Read once all the
+    page's quotes are gathered."""
 
-    stems: set[str] = field(default_factory=set)
-    numbers: set[str] = field(default_factory=set)
-    scopes: list[set[str]] = field(default_factory=list)
     quotes: list[Quoted] = field(default_factory=list)
+
+    @cached_property
+    def stems(self) -> set[str]:
+        """The content stems of all its quotes."""
+        return {word for quote in self.quotes for word in quote.stems}
+
+    @cached_property
+    def scopes(self) -> list[set[str]]:
+        """The scopes of all its quotes' negations."""
+        return [scope for quote in self.quotes for scope in quote.scopes]
 
     @cached_property
     def passages(self) -> list[tuple[set[str], set[str]]]:
         """(stems, numbers) of the quotes starting within PASSAGE_CHARS after each quote (a quote without
-        offsets stands alone). Read once all the page's quotes are gathered, by every finding."""
+        offsets stands alone)."""
         found = [(set(quote.stems), set(quote.numbers)) for quote in self.quotes if quote.start is None]
         placed = sorted(
             ((quote.start, quote) for quote in self.quotes if quote.start is not None),
@@ -526,14 +534,14 @@ def digest(request: SynthesisInput, findings_max: int, words_max: int) -> Digest
     said: dict[str, PageSaid] = {}
     for claim in request.claims:
         if claim.status is ClaimStatus.verified and claim.source_id:
-            page = said.setdefault(claim.source_id, PageSaid())
-            quoted = Quoted(
-                claim.quote_start, frozenset(content_stems(claim.quote)), frozenset(numbers(claim.quote))
+            said.setdefault(claim.source_id, PageSaid()).quotes.append(
+                Quoted(
+                    claim.quote_start,
+                    frozenset(content_stems(claim.quote)),
+                    frozenset(numbers(claim.quote)),
+                    tuple(negated_scopes(claim.quote)),
+                )
             )
-            page.stems |= quoted.stems
-            page.numbers |= quoted.numbers
-            page.scopes += negated_scopes(claim.quote)
-            page.quotes.append(quoted)
     findings = select_findings(
         [item for item in items if item.claim.id not in disputed], findings_max, words_max, said
     )
