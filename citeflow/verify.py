@@ -45,10 +45,13 @@ _NOT_NEGATING_NEXT = frozenset(["only", "just", "until", "least", "merely", "lat
 # A negation's scope ends at a clause's end or a conjunction, or after this many content words; not at
 # a comma, which in "never sold anvils, rockets and magnets" lists what is negated.
 _SCOPE_ENDS = frozenset(["but", "although", "though", "while", "whereas", "yet", "and", "or"])
+# Words opening a condition: a negation in it ("if the bank does not raise capital") asserts nothing.
+_CONDITIONS = frozenset(["if", "whether", "unless"])
 NEGATION_SCOPE_WORDS = 4
 # Capitalised words that open an answer ("Yes, Nolan is a film director.") and name nothing.
 _ANSWER_WORDS = frozenset(["yes"])
-_NEGATION_TOKEN = re.compile(r"[a-z]+n't|\w+|[.,;:!?()\"]")
+# A number is one token ("3,300"): its comma ends no clause.
+_NEGATION_TOKEN = re.compile(r"[a-z]+n't|\d[\d,.]*\d|\w+|[.,;:!?()\"]")
 
 
 def _find_in(page: NormalisedText, quote: str) -> tuple[int, int] | None:
@@ -178,14 +181,23 @@ def _content_words(text: str) -> list[str]:
 
 
 def negated_scopes(text: str) -> list[set[str]]:
-    """For each negation in the text, the stems of the content words it governs (up to
-    NEGATION_SCOPE_WORDS, stopping at punctuation or a contrasting conjunction)."""
+    """For each negation the text asserts, the stems of the content words it governs (up to
+    NEGATION_SCOPE_WORDS, stopping at punctuation or a contrasting conjunction). Two kinds assert
+    nothing negative: one in a condition ("if all units aren't built by year-end, ...") and a double
+    negative ("not achieved without preparation", "not without its challenges"), whose two negations
+    cancel."""
     tokens = _NEGATION_TOKEN.findall(normalise(text).casefold())
     scopes = []
+    conditional = cancelled = False
     for index, token in enumerate(tokens):
-        if token not in NEGATIONS and not token.endswith("n't"):
+        if token in _CONDITIONS:
+            conditional = True
+        elif not token[0].isalnum():
+            conditional = False  # a condition ends with its clause
+        if not _is_negation(token) or conditional:
             continue
-        if index + 1 < len(tokens) and tokens[index + 1] in _NOT_NEGATING_NEXT:
+        if cancelled or (index + 1 < len(tokens) and tokens[index + 1] in _NOT_NEGATING_NEXT):
+            cancelled = False
             continue
         scope: set[str] = set()
         for following in tokens[index + 1 :]:
@@ -194,21 +206,27 @@ def negated_scopes(text: str) -> list[set[str]]:
                 break
             if following == ",":
                 continue
+            if _is_negation(following) and following != "nor":  # "neither ... nor" negates twice
+                scope, cancelled = set(), True
+                break
             if not following[0].isalnum() or following in _SCOPE_ENDS or following in NEGATIONS:
                 break
-            if following not in STOPWORDS and not following.endswith("n't"):
-                scope.add(stem(following))
-                if len(scope) == NEGATION_SCOPE_WORDS:
-                    break
+            scope.update(content_stems(following))
+            if len(scope) >= NEGATION_SCOPE_WORDS:
+                break
         if scope:
             scopes.append(scope)
     return scopes
 
 
+def _is_negation(token: str) -> bool:
+    return token in NEGATIONS or token.endswith("n't")
+
+
 def _governs(scope: set[str], stems: set[str]) -> bool:
     """Whether a negation's scope is about the same thing as `stems`: two of its words are there (or
     its only word), so "not a member of the band" is not read as negating "toured with the band"."""
-    return len(scope & stems) >= min(2, len(scope))
+    return bool(scope) and len(scope & stems) >= min(2, len(scope))
 
 
 def negation_conflict(text: str, evidence: list[str]) -> str:
@@ -227,11 +245,17 @@ def polarity_conflict(text: str, evidence_stems: set[str], evidence_scopes: list
     (`negated_scopes`), so that a caller weighing many pages reads each page once."""
     text_stems = set(content_stems(text))
     text_scopes = negated_scopes(text)
+    # A negation is about what the text says only through the words it negates besides the text's names:
+    # every quote of a page about "the Harbour Line" names it, and "the Harbour Line ferries are not
+    # just about speed" says nothing of its refit.
+    named = {stemmed for name in names(text) for stemmed in content_stems(name)}
     for scope in text_scopes:
-        if _governs(scope, evidence_stems) and not any(_governs(scope, other) for other in evidence_scopes):
+        if _governs(scope - named, evidence_stems) and not any(
+            _governs(scope, other) for other in evidence_scopes
+        ):
             return "negates what its quote states"
     for scope in evidence_scopes:
-        if _governs(scope, text_stems) and not any(_governs(scope, other) for other in text_scopes):
+        if _governs(scope - named, text_stems) and not any(_governs(scope, other) for other in text_scopes):
             return "leaves out a negation its quote states"
     return ""
 

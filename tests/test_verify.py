@@ -260,3 +260,29 @@ def test_negation_conflict_reads_contractions_and_not_only() -> None:
         negation_conflict("He toured with the band.", ["He was not a member of the band, though he toured."])
         == ""
     )
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    [
+        # a negation in a condition asserts nothing ("3,300" is one number, its comma no clause's end)
+        "If all 3,300 ferries aren't refitted by spring, the harbour will open with fewer of them.",
+        # a double negative: the two negations cancel
+        "Such crossings are not possible without a refitted hull.",
+        "The spring was not without a refitted ferry.",
+        # a negation whose only words in the sentence are its names is about something else of them
+        "Make no mistake, the Harbour Line ferries are not just about speed.",
+    ],
+)
+def test_a_negation_the_evidence_does_not_assert_of_the_sentence_is_no_conflict(evidence: str) -> None:
+    sentence = "The Harbour Line refitted 3,300 ferries by spring with a new hull, making crossings possible."
+    assert negation_conflict(sentence, [evidence]) == ""
+
+
+def test_a_negation_of_what_the_sentence_states_is_still_a_conflict() -> None:
+    sentence = "The Harbour Line refitted its ferries by spring."
+    assert negation_conflict(sentence, ["The Harbour Line has not refitted its ferries, its owner said."])
+    assert negation_conflict(sentence, ["If it rains, the Harbour Line will not refit its ferries."])
+    assert negation_conflict(
+        sentence, ["Neither the Harbour Line nor its owner refitted the ferries by spring."]
+    )
