@@ -266,7 +266,8 @@ def test_the_digest_prompt_fits_a_small_context_window(server: ScriptedServer) -
                     update={
                         "id": f"C{n}",
                         "quote": f"The Harbour strike committee {n} met on pier {n} "
-                        + "and talked at length " * 6,
+                        + "and talked at length " * 6
+                        + "until dawn.",
                         "text": f"The Harbour strike committee {n} met on pier {n}.",
                     }
                 )
@@ -480,3 +481,18 @@ def test_a_page_corroborates_a_finding_in_one_passage_not_by_words_scattered_ove
     found = digest(evidence_of(question, claims, "Port news"), findings_max=1, words_max=400)
     [lead] = found.opening
     assert lead.lead.claim.quote == finding and ("S3" in lead.pages) is cited
+
+
+def test_a_headline_is_no_finding_however_many_pages_print_it() -> None:
+    def chosen(printed: str) -> list[str]:
+        base = request()
+        claims = base.claims + verified([(f"S{n}", printed) for n in (1, 3, 4, 5)])
+        claims = [claim.model_copy(update={"id": f"H{n}"}) for n, claim in enumerate(claims)]
+        found = digest(base.model_copy(update={"claims": claims}), findings_max=12, words_max=400)
+        return [finding.lead.claim.quote for finding in found.opening + found.grouped]
+
+    headline = "Harbour strike: union leaders meet ministers on wages"
+    assert headline not in chosen(headline)
+    # The same words as a sentence are a finding: four pages state it.
+    sentence = "In the Harbour strike, union leaders met ministers on wages."
+    assert sentence in chosen(sentence)

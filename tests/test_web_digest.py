@@ -296,6 +296,9 @@ def test_open_question_over_news_pages_gets_a_digest_of_corroborated_findings(
         assert not words & OFF_TOPIC_WORDS, f"off-topic words in {sentence.text!r}" + shown
         assert sentence.cites and all(urls[cite] in on_topic for cite in sentence.cites), shown
     assert not any(word in normalise(report.markdown).casefold() for word in OFF_TOPIC_WORDS), shown
+    # A headline is what a page is about, not a finding: titles show only among the sources.
+    body = report.markdown.split("## Sources")[0]
+    assert not any(article.title in body for article in ON_TOPIC), shown
     for source in report.sources:
         page = store.latest_page(source.url)
         assert page is not None and page.origin == "fetched", source

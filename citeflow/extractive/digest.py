@@ -3,7 +3,7 @@ page that states it.
 
 1. Claims about the question's subject are kept: a claim that shares none of the question's words, or
    whose page never names the question's names (in its title or its claims), is about something else
-   and never ships.
+   and never ships; nor does a quote that is no sentence (a headline, a heading).
 2. Near-duplicates are merged into one finding: a claim from another page joins a finding when it holds at
    least half of the finding's sentence's content stems and gives no other number (the share the
    citation checks need to keep its page among the sentence's citations, citeflow/checks.py). The
@@ -201,6 +201,10 @@ def _share(part: AbstractSet[str], whole: frozenset[str]) -> float:
     return len(part & whole) / len(whole) if whole else 0.0
 
 
+# A finding is a sentence: it ends as one, closing quotes and brackets aside.
+_SENTENCE_END = re.compile(r"[.!?][\"')\u201d\u2019]*$")
+
+
 def _items(request: SynthesisInput) -> list[Item]:
     """The verified claims, each page's quote once, that are about the question's subject, weighted by
     how much of the question they hold (each question stem by its rarity among the claims)."""
@@ -239,6 +243,8 @@ def _items(request: SynthesisInput) -> list[Item]:
     }
     items = []
     for claim, bag in zip(claims, bags, strict=True):
+        if not _SENTENCE_END.search(claim.quote.strip()):
+            continue  # a headline or a heading ("Harbour strike closes the port"): what a page is about
         if not bag & asked or claim.page_id not in on_subject:
             continue  # about something else: never evidence for this question
         if focus and not bag & focus:
