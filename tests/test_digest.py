@@ -483,7 +483,7 @@ def test_a_page_corroborates_a_finding_in_one_passage_not_by_words_scattered_ove
     assert lead.lead.claim.quote == finding and ("S3" in lead.pages) is cited
 
 
-def test_a_headline_is_no_finding_however_many_pages_print_it() -> None:
+def test_a_headline_or_a_fragment_is_no_finding_however_many_pages_print_it() -> None:
     def chosen(printed: str) -> list[str]:
         base = request()
         claims = base.claims + verified([(f"S{n}", printed) for n in (1, 3, 4, 5)])
@@ -493,6 +493,8 @@ def test_a_headline_is_no_finding_however_many_pages_print_it() -> None:
 
     headline = "Harbour strike: union leaders meet ministers on wages"
     assert headline not in chosen(headline)
+    fragment = '..."), and in the Harbour strike union leaders met ministers on wages.'
+    assert fragment not in chosen(fragment)
     # The same words as a sentence are a finding: four pages state it.
     sentence = "In the Harbour strike, union leaders met ministers on wages."
     assert sentence in chosen(sentence)

@@ -201,8 +201,8 @@ def _share(part: AbstractSet[str], whole: frozenset[str]) -> float:
     return len(part & whole) / len(whole) if whole else 0.0
 
 
-# A finding is a sentence: it ends as one, closing quotes and brackets aside.
-_SENTENCE_END = re.compile(r"[.!?][\"')\u201d\u2019]*$")
+# A finding is a sentence: it begins and ends as one, quotes and brackets aside.
+_SENTENCE = re.compile(r"[\"'(\u201c\u2018]*\w.*[.!?][\"')\u201d\u2019]*", re.DOTALL)
 
 
 def _items(request: SynthesisInput) -> list[Item]:
@@ -243,8 +243,8 @@ def _items(request: SynthesisInput) -> list[Item]:
     }
     items = []
     for claim, bag in zip(claims, bags, strict=True):
-        if not _SENTENCE_END.search(claim.quote.strip()):
-            continue  # a headline or a heading ("Harbour strike closes the port"): what a page is about
+        if not _SENTENCE.fullmatch(claim.quote.strip()):
+            continue  # a headline ("Harbour strike closes the port"), a heading or a fragment ('..."), or')
         if not bag & asked or claim.page_id not in on_subject:
             continue  # about something else: never evidence for this question
         if focus and not bag & focus:
