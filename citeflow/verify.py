@@ -206,10 +206,11 @@ def negated_scopes(text: str) -> list[set[str]]:
                 break
             if following == ",":
                 continue
-            if _is_negation(following) and following != "nor":  # "neither ... nor" negates twice
-                scope, cancelled = set(), True
+            if _is_negation(following):
+                if following != "nor":  # "not ... without" cancels; "neither ... nor" negates twice
+                    scope, cancelled = set(), True
                 break
-            if not following[0].isalnum() or following in _SCOPE_ENDS or following in NEGATIONS:
+            if not following[0].isalnum() or following in _SCOPE_ENDS:
                 break
             scope.update(content_stems(following))
             if len(scope) >= NEGATION_SCOPE_WORDS:
