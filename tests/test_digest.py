@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -19,6 +20,7 @@ from citeflow.extractive.digest import DIFFER_SECTION, digest, expansion_terms, 
 from citeflow.extractive.kind import ReportKind, report_kind
 from citeflow.llm.budget import MemoryCallLog
 from citeflow.llm.client import EndpointPool
+from citeflow.llm.digest import QUOTE_SHOWN_CHARS, finding_lines
 from citeflow.llm.roles import ModelEngine, build_engine
 from citeflow.llm.settings import Limits, ModelSettings, RoleConfig, RoleName
 from tasks.writer import EngineSteps, write_report
@@ -280,6 +282,18 @@ def test_the_digest_prompt_fits_a_small_context_window(server: ScriptedServer) -
     (prompt,) = server.requests
     shown = re.findall(r"^F\d+ \(", prompt.prompt, re.MULTILINE)
     assert 0 < len(shown) < 24 and len(prompt.prompt) < (1024 - 256) * 4
+
+
+def test_a_quote_too_long_to_show_whole_is_not_offered_to_the_model_cut() -> None:
+    found = digest(request(), findings_max=12, words_max=400)
+    findings = found.opening + found.grouped
+    lead = findings[1].lead
+    long = lead.claim.quote.rstrip(".") + ", and talked at length" * 30 + "."
+    assert len(long) > QUOTE_SHOWN_CHARS
+    findings[1].lead = replace(lead, claim=lead.claim.model_copy(update={"quote": long}))
+    shown = [line.split(" ")[0] for line in finding_lines(findings, max_chars=10_000)]
+    # The others keep their numbers: the model's "F3:" still means the third finding.
+    assert shown == [f"F{n}" for n in range(1, len(findings) + 1) if n != 2]
 
 
 def test_a_claim_that_restates_the_question_is_framing_not_a_finding() -> None:

@@ -21,7 +21,8 @@ from citeflow.llm.prompts import UNTRUSTED_RULE, Message, untrusted
 # Findings offered to the model: twice what a report states, so it can choose; fewer when the window is
 # small.
 CANDIDATES_PER_FINDING = 2
-# A finding line is cut to this many characters of its quote when the window is small.
+# A finding whose quote is longer than this is not offered: cut to fit, it would be copied cut ("... each
+# running `prefect deployment run citeflow-research/quot"), and the extractive floor states it whole.
 QUOTE_SHOWN_CHARS = 400
 _LINE = re.compile(r"^\s*(?:[-*\d.]+\s*)?\[?F(\d+)\]?\s*[:.)\]-]\s*(.+?)\s*$", re.IGNORECASE)
 _TASK = (
@@ -36,10 +37,13 @@ _TASK = (
 
 
 def finding_lines(findings: list[Finding], max_chars: int) -> list[str]:
-    """`F<n> (<pages> pages): <quote>` for as many findings as fit in `max_chars`, numbered from 1."""
+    """`F<n> (<pages> pages): <quote>` for as many findings as fit in `max_chars`, numbered from 1; a
+    quote over QUOTE_SHOWN_CHARS is left out (its number with it)."""
     lines, used = [], 0
     for number, finding in enumerate(findings, start=1):
-        quote = " ".join(finding.lead.claim.quote.split())[:QUOTE_SHOWN_CHARS]
+        quote = " ".join(finding.lead.claim.quote.split())
+        if len(quote) > QUOTE_SHOWN_CHARS:
+            continue
         line = f"F{number} ({len(finding.pages)} pages): {quote}"
         if used + len(line) + 1 > max_chars:
             break
