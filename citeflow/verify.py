@@ -183,9 +183,8 @@ def _content_words(text: str) -> list[str]:
 def negated_scopes(text: str) -> list[set[str]]:
     """For each negation the text asserts, the stems of the content words it governs (up to
     NEGATION_SCOPE_WORDS, stopping at punctuation or a contrasting conjunction). Two kinds assert
-    nothing negative: one in a condition ("if all units aren't built by year-end, ...") and a double
-    negative ("not achieved without preparation", "not without its challenges"), whose two negations
-    cancel."""
+    nothing negative: one in a condition ("if the ferries aren't refitted by spring, ...") and a double
+    negative ("crossings are not possible without a refitted hull"), whose two negations cancel."""
     tokens = _NEGATION_TOKEN.findall(normalise(text).casefold())
     scopes = []
     conditional = cancelled = False
