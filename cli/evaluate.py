@@ -142,7 +142,7 @@ def evaluate(
     folder = Path(tempfile.mkdtemp(prefix=f"citeflow-eval-{dataset}-"))
     err.print(f"{len(chosen)} questions of {dataset}; stores and reports in {folder}", highlight=False)
 
-    from flows.evaluate import eval_flow, result_row
+    from flows.evaluate import eval_flow, result_row, summary_figures
 
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
@@ -169,7 +169,7 @@ def evaluate(
         fail(error)
     rows = [result_row(result) for result in evaluation.results]
     print_results(rows, unanswerable)
-    out.print(summary_table(evaluation.summary.model_dump()))
+    out.print(summary_table(summary_figures(evaluation.summary)))
     mode = "-unanswerable" if unanswerable else ""
     path = out_path or Path("reports") / f"eval-{dataset}{mode}-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

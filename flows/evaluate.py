@@ -19,14 +19,20 @@ from prefect import flow
 from prefect.artifacts import create_table_artifact
 from pydantic import BaseModel
 
+from citeflow.config import load_settings
 from citeflow.contracts import Report
 from citeflow.errors import CiteflowError
+from citeflow.llm.budget import Budget, MemoryCallLog
+from citeflow.llm.client import EndpointPool, RoleClient
+from citeflow.llm.judge import ModelJudge
+from citeflow.llm.settings import RoleName
 from flows.research import report_of, research_flow
 from storage.ingest import ingest_paths
 from storage.store import get_store
 from tasks.audit import audit
 from tasks.evaluation import (
     EvalQuestion,
+    Judge,
     QuestionResult,
     Summary,
     corpus_without,
@@ -53,6 +59,21 @@ def load_store(corpus: Path, folder: Path, without: set[str] | None = None) -> P
     db = folder / "evidence.duckdb"
     ingest_paths(get_store(db), [source])
     return db
+
+
+def model_judge(config: str | None, settings: dict[str, Any]) -> Judge | None:
+    """The critic role's model as a judge of the nuggets, when the settings give the critic an endpoint,
+    with a run's token budget; None when the extractive engine plays the critic."""
+    loaded = load_settings(settings, Path(config) if config else None).settings
+    models = loaded.model_settings()
+    role = models.role(RoleName.critic)
+    if role is None:
+        return None
+    log = MemoryCallLog()
+    budget = Budget.for_settings(models, log, "eval-judge", loaded.caps.token_budget)
+    return ModelJudge(
+        RoleClient(RoleName.critic, role, EndpointPool(models.limits), budget, log, "eval-judge")
+    )
 
 
 def run_question(
@@ -86,7 +107,8 @@ def run_question(
     if not isinstance(report, Report):
         return failed(question, state.message or str(report), seconds, expected_answered)
     store = get_store(db)
-    return score(question, report, store, audit(store, report), seconds, expected_answered)
+    judge = model_judge(config, settings) if question.nuggets else None
+    return score(question, report, store, audit(store, report), seconds, expected_answered, judge)
 
 
 def unanswerable_question(
@@ -137,11 +159,24 @@ def result_row(result: QuestionResult) -> dict[str, Any]:
             if result.nuggets
             else {}
         ),
+        **(
+            {
+                "model coverage": round(result.nugget_coverage_model / result.nuggets, 2),
+                "model joint": round(result.nugget_joint_model / result.nuggets, 2),
+            }
+            if result.judged
+            else {}
+        ),
         "words": result.words,
         "calls": result.model_calls,
         "tokens": result.tokens,
         "seconds": result.seconds,
     }
+
+
+def summary_figures(summary: Summary) -> dict[str, Any]:
+    """The summary's figures that were measured (the model judge's only when one judged)."""
+    return {name: value for name, value in summary.model_dump().items() if value is not None}
 
 
 @flow(name="citeflow-eval")
@@ -190,7 +225,7 @@ def eval_flow(
         description=f"Per question: {len(results)} questions of {dataset}",
     )
     create_table_artifact(
-        table=[{"figure": name, "value": value} for name, value in summary.model_dump().items()],
+        table=[{"figure": name, "value": value} for name, value in summary_figures(summary).items()],
         key=f"{key}-summary",
         description=f"Overall figures: {len(results)} questions of {dataset}",
     )

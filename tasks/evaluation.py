@@ -13,12 +13,13 @@ import re
 import statistics
 import string
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from citeflow.contracts import ClaimStatus, Report
-from citeflow.errors import InputError
+from citeflow.errors import CiteflowError, InputError
 from citeflow.text import content_stems
 from storage.store import EvidenceStore
 
@@ -137,6 +138,13 @@ class QuestionResult(BaseModel):
     nugget_coverage: float = Field(0.0, description="Sum over nuggets of 1 (full), 0.5 (partial) or 0.")
     nugget_citation_f1: float = Field(0.0, description="Sum over nuggets of the covering sentence's F1.")
     nugget_joint: float = Field(0.0, description="Sum over nuggets of coverage times citation F1.")
+    judged: bool = Field(False, description="Whether a model judged its nuggets too (the *_model sums).")
+    nugget_coverage_model: float = 0.0
+    nugget_citation_f1_model: float = 0.0
+    nugget_joint_model: float = 0.0
+    judge_fallbacks: int = Field(
+        0, description="Nuggets the model could not judge: the lexical score counts."
+    )
     sentences: int = 0
     words: int = 0
     model_calls: int = 0
@@ -185,17 +193,56 @@ def score_nugget(nugget: str, support: list[str], sentences: list[tuple[str, set
     return best
 
 
-def score_nuggets(question: EvalQuestion, report: Report) -> list[NuggetScore]:
+# A model's judgment of a nugget against a report's sentences (citeflow/llm/judge.py): the index of the
+# sentence stating it and its coverage, or (None, 0.0); it raises when it cannot judge.
+Judge = Callable[[str, list[str]], tuple[int | None, float]]
+
+
+def judge_nugget(
+    judge: Judge, nugget: str, support: list[str], sentences: list[tuple[str, set[str]]]
+) -> tuple[NuggetScore, bool]:
+    """The model's score of one nugget: the coverage it judges and the citation F1 of the sentence it
+    names. When it cannot judge (an unusable reply twice, an endpoint that fails), the lexical score
+    stands, and the second value says so."""
+    if not sentences:
+        return NuggetScore(coverage=0.0, citation_f1=0.0), False  # nothing to ask about
+    try:
+        index, coverage = judge(nugget, [text for text, _ in sentences])
+    except (ValueError, CiteflowError):
+        return score_nugget(nugget, support, sentences), True
+    if index is None:
+        return NuggetScore(coverage=0.0, citation_f1=0.0), False
+    return NuggetScore(coverage=coverage, citation_f1=_f1(sentences[index][1], set(support))), False
+
+
+def _sentences(report: Report) -> list[tuple[str, set[str]]]:
     urls = {source.id: source.url for source in report.sources}
-    sentences = [
+    return [
         (sentence.text, {urls[cite] for cite in sentence.cites if cite in urls})
         for sentence in report.sentences
     ]
-    supports = question.nugget_support + [[]] * (len(question.nuggets) - len(question.nugget_support))
+
+
+def _supports(question: EvalQuestion) -> list[list[str]]:
+    return question.nugget_support + [[]] * (len(question.nuggets) - len(question.nugget_support))
+
+
+def score_nuggets(question: EvalQuestion, report: Report) -> list[NuggetScore]:
+    sentences = _sentences(report)
     return [
         score_nugget(nugget, support, sentences)
-        for nugget, support in zip(question.nuggets, supports, strict=True)
+        for nugget, support in zip(question.nuggets, _supports(question), strict=True)
     ]
+
+
+def judge_nuggets(question: EvalQuestion, report: Report, judge: Judge) -> tuple[list[NuggetScore], int]:
+    """Every nugget as the model judges it, and how many fell back to the lexical judgment."""
+    sentences = _sentences(report)
+    judged = [
+        judge_nugget(judge, nugget, support, sentences)
+        for nugget, support in zip(question.nuggets, _supports(question), strict=True)
+    ]
+    return [found for found, _ in judged], sum(fell_back for _, fell_back in judged)
 
 
 def score(
@@ -205,8 +252,10 @@ def score(
     problems: list[str],
     seconds: float,
     expected_answered: bool = True,
+    judge: Judge | None = None,
 ) -> QuestionResult:
-    """Score one finished run; `problems` are its integrity audit's findings."""
+    """Score one finished run; `problems` are its integrity audit's findings. With a `judge`, its nuggets
+    are also judged by the model."""
     # Every quote the run's verifier kept, cited or not: the report lists only the claims of the sources
     # it cites, and evidence recall measures what research and verification found.
     verified = store.claims(report.run_id, ClaimStatus.verified)
@@ -220,6 +269,7 @@ def score(
     cited = {source.url for source in report.sources}
     text = " ".join(sentence.text for sentence in report.sentences)
     nuggets = score_nuggets(question, report)
+    judged, fell_back = judge_nuggets(question, report, judge) if judge and question.nuggets else ([], 0)
     return QuestionResult(
         id=question.id,
         question=question.question,
@@ -239,6 +289,11 @@ def score(
         nugget_coverage=sum(nugget.coverage for nugget in nuggets),
         nugget_citation_f1=round(sum(nugget.citation_f1 for nugget in nuggets), 4),
         nugget_joint=round(sum(nugget.joint for nugget in nuggets), 4),
+        judged=bool(judged),
+        nugget_coverage_model=sum(nugget.coverage for nugget in judged),
+        nugget_citation_f1_model=round(sum(nugget.citation_f1 for nugget in judged), 4),
+        nugget_joint_model=round(sum(nugget.joint for nugget in judged), 4),
+        judge_fallbacks=fell_back,
         sentences=len(report.sentences),
         words=len(text.split()),
         model_calls=report.metrics.model_calls,
@@ -279,6 +334,11 @@ class Summary(BaseModel):
     nugget_coverage: float = Field(description="Mean over all nuggets; 0 when no question carries any.")
     nugget_citation_f1: float
     nugget_joint: float = Field(description="Mean over nuggets of coverage times citation F1 (SummHay).")
+    # The same three as a model judges them, when one is configured (None when none is).
+    nugget_coverage_model: float | None = None
+    nugget_citation_f1_model: float | None = None
+    nugget_joint_model: float | None = None
+    judge_fallbacks: int = 0
     sentences_mean: float
     words_mean: float
     model_calls_mean: float
@@ -318,6 +378,16 @@ def summarise(results: list[QuestionResult]) -> Summary:
         nugget_coverage=_mean_per(results, "nugget_coverage"),
         nugget_citation_f1=_mean_per(results, "nugget_citation_f1"),
         nugget_joint=_mean_per(results, "nugget_joint"),
+        **(
+            {
+                "nugget_coverage_model": _mean_per(results, "nugget_coverage_model"),
+                "nugget_citation_f1_model": _mean_per(results, "nugget_citation_f1_model"),
+                "nugget_joint_model": _mean_per(results, "nugget_joint_model"),
+            }
+            if any(result.judged for result in results)
+            else {}
+        ),
+        judge_fallbacks=total("judge_fallbacks"),
         sentences_mean=round(statistics.mean(r.sentences for r in results), 1),
         words_mean=round(statistics.mean(r.words for r in results), 1),
         model_calls_mean=round(statistics.mean(r.model_calls for r in results), 1),
@@ -344,6 +414,8 @@ def below_floors(summary: Summary, floors: dict[str, float]) -> list[str]:
     values = summary.model_dump()
     return [
         f"{name} is {values[name]}, below its floor of {floor}"
+        if values[name] is not None
+        else f"{name} has a floor of {floor} but was not measured (no model judge is configured)"
         for name, floor in floors.items()
-        if values[name] < floor
+        if values[name] is None or values[name] < floor
     ]

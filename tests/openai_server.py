@@ -70,6 +70,8 @@ def role_of(received: Received) -> str:
     schema = received.body.get("response_format", {}).get("json_schema", {}).get("name", "")
     if not schema and "F<number>: <one sentence" in received.prompt:
         return "digest"  # the synthesiser writing an open question's digest, in lines, not JSON
+    if not schema and "'S<number>: full'" in received.prompt:
+        return "judge"  # `citeflow eval`'s model judge of a key fact, one line
     return ROLE_BY_SCHEMA.get(schema, "unknown")
 
 

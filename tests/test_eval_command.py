@@ -6,6 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
+from openai_server import Reply
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -89,6 +90,8 @@ def test_eval_runs_every_question_through_the_flow_and_scores_it(prefect_api: No
     assert (young["covered_strict"], young["gold_pages_cited"]) == (2, 2)
     assert summary["answered_agreement"] == 1.0 and summary["evidence_recall_strict"] == 1.0
     assert "Overall" in result.stdout and "answer_recall" in result.stdout
+    # No model is configured: no model judged the key facts, and the table does not pretend one did.
+    assert summary["nugget_coverage_model"] is None and "nugget_coverage_model" not in result.stdout
     wanted = {"eval-tiny-questions", "eval-tiny-summary"}
     assert asyncio.run(artifact_keys(*wanted)) == wanted
 
@@ -136,3 +139,33 @@ def test_eval_takes_the_run_options_to_the_model_path(prefect_api: None, tmp_pat
     [young] = json.loads(out.read_text(encoding="utf-8"))["results"]
     assert young["status"] != "error" and young["model_calls"] > 0
     assert requested == {"scripted"}
+
+
+def test_eval_judges_key_facts_by_the_critic_model_too(prefect_api: None, tmp_path: Path) -> None:
+    from role_server import RoleServer
+
+    corpus, questions = dataset(tmp_path)
+    walk = QUESTIONS[1] | {
+        "nuggets": ["In race walking one foot must appear to be in contact with the ground."],
+        "nugget_support": [["https://example.org/Race_walking"]],
+    }
+    questions.write_text(json.dumps(walk) + "\n", encoding="utf-8")
+    out = tmp_path / "results.json"
+    with RoleServer() as server:
+        # A judge that finds the key fact in no sentence, whatever the words say.
+        server.handlers["judge"] = lambda received, n: Reply(content="none")
+        result = runner.invoke(
+            app,
+            ["eval", str(corpus), str(questions), "--out", str(out),
+             "--base-url", server.url, "--model", "scripted", "--set", "defaults.max_attempts=1"],
+        )  # fmt: skip
+        judged = [request.prompt for request in server.of("judge")]
+
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text(encoding="utf-8"))
+    [scored], summary = payload["results"], payload["summary"]
+    assert len(judged) == 1 and walk["nuggets"][0] in judged[0]
+    # The lexical judge finds the fact in the report; the model does not: both are reported.
+    assert scored["judged"] and scored["nugget_coverage"] > 0 and scored["nugget_coverage_model"] == 0
+    assert summary["nugget_coverage_model"] == 0.0 and summary["judge_fallbacks"] == 0
+    assert "nugget_coverage_model" in result.stdout

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from openai_server import Reply, ScriptedServer
 
 from citeflow.contracts import (
     Claim,
@@ -21,6 +22,10 @@ from citeflow.contracts import (
     Source,
 )
 from citeflow.errors import InputError
+from citeflow.llm.budget import Budget, MemoryCallLog
+from citeflow.llm.client import EndpointPool, RoleClient
+from citeflow.llm.judge import ModelJudge
+from citeflow.llm.settings import Limits, RoleConfig, RoleName
 from storage.store import EvidenceStore
 from tasks.evaluation import (
     EvalQuestion,
@@ -217,6 +222,57 @@ def test_nuggets_are_scored_per_question_and_averaged_over_every_nugget(tmp_path
     summary = summarise([result, failed(question, "boom", 1.0)])
     assert summary.nugget_coverage == 0.25 and summary.nugget_joint == pytest.approx(0.167, abs=1e-3)
     assert summarise([failed(QUESTION, "boom", 1.0)]).nugget_joint == 0.0
+
+
+def judge_on(server: ScriptedServer) -> ModelJudge:
+    """The critic role on the scripted server, as `citeflow eval` makes its judge."""
+    log = MemoryCallLog()
+    config = RoleConfig(model="judge-model", base_url=server.url, max_attempts=1)
+    return ModelJudge(
+        RoleClient(RoleName.critic, config, EndpointPool(Limits()), Budget(log, "e", 10**6), log, "e")
+    )
+
+
+def test_a_model_judges_the_nuggets_beside_the_lexical_judge(tmp_path: Path) -> None:
+    question = QUESTION.model_copy(
+        update={
+            "nuggets": ["Christopher Nolan is a film director.", "Nolan was born in London in 1970."],
+            "nugget_support": [[GOLD], [GOLD]],
+        }
+    )
+    with ScriptedServer() as server, EvidenceStore.open(tmp_path / "s.duckdb") as store:
+        # The model reads the first nugget as stated in part by the second sentence, the other by none.
+        server.enqueue(Reply(content="S2: partial"), Reply(content="none"))
+        result = score(question, report_for(store, "r1"), store, [], 1.0, judge=judge_on(server))
+        shown = server.requests[0].prompt
+    assert "S2: Christopher Nolan is an English-American film director." in shown
+    assert "Christopher Nolan is a film director." in shown
+    # Lexically the first nugget is covered in full; the model says partly. Both read the same sentence,
+    # which cites the gold page and one other: F1 2/3.
+    assert result.judged and (result.nugget_coverage, result.nugget_coverage_model) == (1.0, 0.5)
+    assert result.nugget_joint_model == pytest.approx(0.3333, abs=1e-3) and result.judge_fallbacks == 0
+    summary = summarise([result])
+    assert summary.nugget_coverage_model == 0.25 and summary.nugget_coverage == 0.5
+    # With no judge the model's figures are not measured, and a floor on one says so.
+    unjudged = summarise([failed(question, "boom", 1.0)])
+    assert unjudged.nugget_joint_model is None
+    assert below_floors(unjudged, {"nugget_joint_model": 0.1}) == [
+        "nugget_joint_model has a floor of 0.1 but was not measured (no model judge is configured)"
+    ]
+
+
+def test_an_unusable_verdict_is_asked_again_once_then_the_lexical_judgment_stands(tmp_path: Path) -> None:
+    question = QUESTION.model_copy(
+        update={"nuggets": ["Christopher Nolan is a film director."], "nugget_support": [[GOLD]]}
+    )
+    with ScriptedServer() as server, EvidenceStore.open(tmp_path / "s.duckdb") as store:
+        server.enqueue(Reply(content="The second one, I think."), Reply(content="S7: full"))
+        result = score(question, report_for(store, "r1"), store, [], 1.0, judge=judge_on(server))
+        retry = server.requests[1].prompt
+    assert len(server.requests) == 2 and "That reply could not be used: no line reads" in retry
+    # S7 names no sentence of a two-sentence report either: the lexical judgment counts for the nugget.
+    assert result.judge_fallbacks == 1
+    assert (result.nugget_coverage_model, result.nugget_joint_model) == (1.0, result.nugget_joint)
 
 
 def test_floors_name_figures_of_the_evaluation(tmp_path: Path) -> None:
