@@ -211,6 +211,11 @@ def digest_body(subquestions: list[SubQuestion], kept: list[DraftSentence]) -> l
     return lines
 
 
+def _ended(title: str) -> str:
+    """A source's title closed by a full stop, unless it ends as a sentence already ("... ecosystem.")."""
+    return title if title.endswith((".", "!", "?", "\u2026")) else f"{title}."
+
+
 def render_markdown(
     question: str,
     engine_name: str,
@@ -257,7 +262,7 @@ def render_markdown(
     if listed:
         lines += ["## Sources", ""]
         lines += [
-            f"- [{source.id}] {md(source.title or source.url)}. {md(source.url)} "
+            f"- [{source.id}] {_ended(md(source.title or source.url))} {md(source.url)} "
             f"(read {source.stored_at:%Y-%m-%d})"
             for source in listed
         ]

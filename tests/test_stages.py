@@ -160,6 +160,12 @@ def test_markdown_opens_with_the_answer_and_lists_only_cited_sources() -> None:
     assert "## Supporting evidence\n\n- It rose in 1990. [S1]" in markdown
     assert "- [S1] A. https://a.example/ (read 2026-01-02)" in markdown
     assert "S2" not in markdown and "S3" not in markdown
+    # A title that ends as a sentence gets no second full stop.
+    ended = [SOURCES[0].model_copy(update={"title": "Water boils at 100 C."})]
+    markdown = render_markdown(
+        "Why?", "extractive", RunStatus.complete, [sub(1, "Why?")], answered, ended, []
+    )
+    assert "- [S1] Water boils at 100 C. https://a.example/ (read 2026-01-02)" in markdown
     assert (
         slug("What's the boiling point of water, at 2,000 m?")
         == "what-s-the-boiling-point-of-water-at-2-000-m"
