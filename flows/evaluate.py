@@ -61,19 +61,23 @@ def load_store(corpus: Path, folder: Path, without: set[str] | None = None) -> P
     return db
 
 
-def model_judge(config: str | None, settings: dict[str, Any]) -> Judge | None:
-    """The critic role's model as a judge of the nuggets, when the settings give the critic an endpoint,
-    with a run's token budget; None when the extractive engine plays the critic."""
+def judge_maker(config: str | None, settings: dict[str, Any]) -> Callable[[], Judge] | None:
+    """What makes a judge of the nuggets from the critic role's model, with a run's token budget each,
+    when the settings give the critic an endpoint; None when the extractive engine plays the critic."""
     loaded = load_settings(settings, Path(config) if config else None).settings
     models = loaded.model_settings()
     role = models.role(RoleName.critic)
     if role is None:
         return None
-    log = MemoryCallLog()
-    budget = Budget.for_settings(models, log, "eval-judge", loaded.caps.token_budget)
-    return ModelJudge(
-        RoleClient(RoleName.critic, role, EndpointPool(models.limits), budget, log, "eval-judge")
-    )
+
+    def make() -> Judge:
+        log = MemoryCallLog()
+        budget = Budget.for_settings(models, log, "eval-judge", loaded.caps.token_budget)
+        return ModelJudge(
+            RoleClient(RoleName.critic, role, EndpointPool(models.limits), budget, log, "eval-judge")
+        )
+
+    return make
 
 
 def run_question(
@@ -83,9 +87,11 @@ def run_question(
     config: str | None,
     settings: dict[str, Any],
     expected_answered: bool,
+    judge: Judge | None = None,
 ) -> QuestionResult:
-    """One question through the research flow, exactly as `citeflow run` sends it, then scored. A run
-    that could not start or finish at all is tried once more before it counts as an error."""
+    """One question through the research flow, exactly as `citeflow run` sends it, then scored (its
+    nuggets by `judge` too, when given). A run that could not start or finish at all is tried once more
+    before it counts as an error."""
     started = time.perf_counter()
     for attempt in range(1, RUN_ATTEMPTS + 1):
         try:
@@ -107,7 +113,6 @@ def run_question(
     if not isinstance(report, Report):
         return failed(question, state.message or str(report), seconds, expected_answered)
     store = get_store(db)
-    judge = model_judge(config, settings) if question.nuggets else None
     return score(question, report, store, audit(store, report), seconds, expected_answered, judge)
 
 
@@ -118,6 +123,7 @@ def unanswerable_question(
     reports: Path,
     config: str | None,
     settings: dict[str, Any],
+    judge: Judge | None = None,
 ) -> QuestionResult:
     """The question against the corpus minus its own gold pages, in a store made for it and removed
     once scored (a hundred stores of a thousand pages would hold gigabytes for nothing)."""
@@ -127,7 +133,7 @@ def unanswerable_question(
     except CiteflowError as error:
         return failed(question, str(error), time.perf_counter() - started, expected_answered=False)
     try:
-        return run_question(question, db, reports, config, settings, expected_answered=False)
+        return run_question(question, db, reports, config, settings, expected_answered=False, judge=judge)
     finally:
         get_store(db).close()
         for path in folder.glob("evidence.duckdb*"):
@@ -202,12 +208,17 @@ def eval_flow(
     shared = None if unanswerable else load_store(corpus, folder / "store")
     reports = folder / "reports"
 
+    make_judge = judge_maker(config, given)
+
     def one(question: EvalQuestion) -> QuestionResult:
+        judge = make_judge() if make_judge and question.nuggets else None
         if shared is not None:
-            result = run_question(question, shared, reports, config, given, expected_answered=True)
+            result = run_question(
+                question, shared, reports, config, given, expected_answered=True, judge=judge
+            )
         else:
             own = folder / "stores" / slug(question.id)
-            result = unanswerable_question(question, corpus, own, reports, config, given)
+            result = unanswerable_question(question, corpus, own, reports, config, given, judge)
         if on_result is not None:
             on_result(result)
         return result
