@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=BaseModel)
+Parsed = TypeVar("Parsed")  # what a plain-text reply reads as (`RoleClient.complete_read`)
 
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
 # Statuses with which servers refuse a response_format or a parameter they do not support.
@@ -363,6 +364,22 @@ class RoleClient:
         )
         self.log.add_model_call(self._row(messages, Outcome.skipped, problem))
         raise ContextTooSmall(self.subject, problem, "the call was not made")
+
+    def complete_read(self, messages: list[Message], read: Callable[[str], Parsed]) -> Parsed:
+        """A plain-text reply as `read` reads it. A reply `read` refuses (ValueError saying what was wrong)
+        is asked again once, with that problem; ValueError with the second problem when that fails too."""
+        self.check_fits(messages)
+        reply = self.complete(messages)
+        try:
+            return read(reply)
+        except ValueError as problem:
+            retry = [
+                *messages,
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": f"That reply could not be used: {problem}."},
+            ]
+            self.check_fits(retry)
+            return read(self.complete(retry))
 
     def complete(self, messages: list[Message], response_format: dict[str, Any] | None = None) -> str:
         """The reply text. A 400 refusing the output-token limit's name is retried once with its other

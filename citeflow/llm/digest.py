@@ -105,23 +105,13 @@ class ModelDigestWriter:
         if not findings:
             return Draft(sentences=[])
         messages = digest_messages(request.question, findings, self.findings_max, self.max_chars)
-        self.client.check_fits(messages)
-        reply = self.client.complete(messages)
         try:
-            return parse_digest(reply, findings, self.findings_max)
-        except ValueError as first:
-            retry = [
-                *messages,
-                {"role": "assistant", "content": reply},
-                {"role": "user", "content": f"That reply could not be used: {first}."},
-            ]
-            self.client.check_fits(retry)
-            reply = self.client.complete(retry)
-            try:
-                return parse_digest(reply, findings, self.findings_max)
-            except ValueError as second:
-                raise InvalidReply(
-                    self.client.subject,
-                    f"the digest reply had no usable line twice; last error: {second}",
-                    "the role falls back to its safe default",
-                ) from None
+            return self.client.complete_read(
+                messages, lambda reply: parse_digest(reply, findings, self.findings_max)
+            )
+        except ValueError as second:
+            raise InvalidReply(
+                self.client.subject,
+                f"the digest reply had no usable line twice; last error: {second}",
+                "the role falls back to its safe default",
+            ) from None

@@ -63,16 +63,6 @@ class ModelJudge:
     def __call__(self, nugget: str, sentences: list[str]) -> tuple[int | None, float]:
         """(index, coverage) of the sentence stating `nugget`, (None, 0.0) for none; ValueError when both
         replies were unusable, and the client's errors when the endpoint fails."""
-        messages = judge_messages(nugget, sentences)
-        self.client.check_fits(messages)
-        reply = self.client.complete(messages)
-        try:
-            return parse_verdict(reply, len(sentences))
-        except ValueError as problem:
-            retry = [
-                *messages,
-                {"role": "assistant", "content": reply},
-                {"role": "user", "content": f"That reply could not be used: {problem}."},
-            ]
-            self.client.check_fits(retry)
-            return parse_verdict(self.client.complete(retry), len(sentences))
+        return self.client.complete_read(
+            judge_messages(nugget, sentences), lambda reply: parse_verdict(reply, len(sentences))
+        )
